@@ -1,0 +1,236 @@
+"""Parent side of the harness: pools of rank processes reused across tests, with a deadline.
+
+Design (why it is not ``mp.spawn`` per test):
+- One pool per (world size, backend), started on first use and kept for the whole session, so a
+  test pays ~30 ms for a fresh process group instead of ~3 s for new processes importing torch.
+- Rendezvous goes through a ``FileStore`` in a private temporary folder: no fixed port, so two
+  suites (or two graded submissions) can run side by side on one machine.
+- Every test has a deadline. When it passes, or when one rank failed and the others did not
+  follow within a short grace period, the parent sends SIGUSR1 (faulthandler prints every live
+  rank's Python stack), kills the pool and reports: the next test gets a fresh pool.
+- A rank that dies (``os._exit``, a segfault) closes its socket; the parent sees EOF at once.
+- The parent only receives values; every assertion and every oracle lives in the test itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
+ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
+STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
+TAIL_CHARS = 4000  # how much of a rank's log and stack dump goes into a failure message
+
+
+class RankFailure(AssertionError):
+    """A distributed run did not complete on every rank; the message says what each rank did."""
+
+
+@dataclass
+class _Rank:
+    rank: int
+    proc: subprocess.Popen
+    conn: Connection
+    log: Path
+    stacks: Path
+
+
+@dataclass
+class WorkerPool:
+    world_size: int
+    backend: str
+    tmp: Path = field(init=False)
+    ranks: list[_Rank] = field(init=False, default_factory=list)
+    tasks_run: int = 0
+
+    def __post_init__(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"cs336-pool-w{self.world_size}-"))
+        env = dict(os.environ)
+        # The ranks can import whatever this process can (the implementation under test, tests.*).
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *[p for p in sys.path if p]])
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # single node: never pick an external NIC
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("PYTHONFAULTHANDLER", "1")
+        for r in range(self.world_size):
+            parent_sock, child_sock = socket.socketpair()
+            log, stacks = self.tmp / f"rank{r}.log", self.tmp / f"rank{r}.stacks"
+            cmd = [
+                sys.executable, "-m", "tests.harness.worker", "--rank", str(r),
+                "--world-size", str(self.world_size), "--fd", str(child_sock.fileno()),
+                "--store", str(self.tmp / "store"), "--log", str(log), "--stacks", str(stacks),
+            ]  # fmt: skip
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=ROOT, pass_fds=[child_sock.fileno()], start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            child_sock.close()
+            self.ranks.append(_Rank(r, proc, Connection(parent_sock.detach()), log, stacks))
+        replies = self._collect(list(range(self.world_size)), STARTUP_TIMEOUT_S, task=None)
+        bad = {r: v for r, v in replies.items() if v.get("status") != "ready"}
+        if bad:
+            report = self._report(bad, "the worker pool did not start")
+            self.close()
+            raise RankFailure(report)
+
+    # -- running one task ---------------------------------------------------------------------
+
+    def run(self, fn, args, kwargs, *, impl: str, deadline: float, seed: int = 0) -> list:
+        self.tasks_run += 1
+        task = self.tasks_run
+        msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
+               "backend": self.backend, "seed": seed}  # fmt: skip
+        try:
+            payload = pickle.dumps(msg)
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise TypeError(
+                f"cannot send {getattr(fn, '__qualname__', fn)!r} to the ranks ({exc}); rank functions "
+                "must be module-level functions and their arguments picklable"
+            ) from exc
+        for r in self.ranks:
+            r.conn.send_bytes(payload)
+        replies = self._collect(list(range(self.world_size)), deadline, task=task)
+        if any(v["status"] != "ok" for v in replies.values()):
+            report = self._report(replies, f"{getattr(fn, '__name__', fn)} failed")
+            if any(v["status"] in ("hung", "died") for v in replies.values()):
+                self.close()  # a rank is stuck or gone: the next test gets a fresh pool
+            raise RankFailure(report)
+        return [replies[r]["value"] for r in range(self.world_size)]
+
+    def _collect(self, pending: list[int], deadline: float, task) -> dict[int, dict]:
+        """Wait for one reply per rank; a rank that does not answer in time is marked hung."""
+        replies: dict[int, dict] = {}
+        end = time.monotonic() + deadline
+        by_conn = {self.ranks[r].conn: r for r in pending}
+        while by_conn:
+            now = time.monotonic()
+            if any(v["status"] != "ready" and v["status"] != "ok" for v in replies.values()):
+                end = min(end, now + ERROR_GRACE_S)
+            ready = wait(list(by_conn), timeout=max(0.0, end - now))
+            if not ready:
+                break
+            for conn in ready:
+                r = by_conn.pop(conn)
+                replies[r] = self._receive(r, task)
+        if by_conn:
+            hung = sorted(by_conn.values())
+            stacks = self._dump_stacks(hung)
+            waited = f"{deadline:.0f} s deadline" if not replies or all(
+                v["status"] in ("ok", "ready") for v in replies.values()
+            ) else f"{ERROR_GRACE_S:.0f} s after another rank failed"
+            for r in hung:
+                replies[r] = {"status": "hung", "error": f"no answer within the {waited}", "stacks": stacks[r]}
+        return replies
+
+    def _receive(self, r: int, task) -> dict:
+        rank = self.ranks[r]
+        try:
+            reply = pickle.loads(rank.conn.recv_bytes())
+        except (EOFError, OSError):
+            try:
+                code = rank.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+            how = (
+                f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
+                else f"exited with code {code}"
+            )  # fmt: skip
+            return {"status": "died", "error": f"the rank process {how}", "stacks": _tail(rank.stacks)}
+        if reply.get("status") == "ready" or reply.get("task") == task:
+            return reply
+        return {"status": "error", "error": f"protocol error: reply for task {reply.get('task')}, expected {task}"}
+
+    def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
+        for r in ranks:
+            try:
+                self.ranks[r].proc.send_signal(signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(STACK_WAIT_S)
+        return {r: _tail(self.ranks[r].stacks) for r in ranks}
+
+    def _report(self, replies: dict[int, dict], headline: str) -> str:
+        lines = [f"{headline} (world size {self.world_size}, backend {self.backend}):"]
+        for r in sorted(replies):
+            v = replies[r]
+            status = v["status"]
+            if status in ("ok", "ready"):
+                lines.append(f"--- rank {r}: finished")
+                continue
+            lines.append(f"--- rank {r}: {status}: {v.get('error', '')}")
+            if v.get("traceback"):
+                lines.append(_strip_harness_frames(v["traceback"]).rstrip())
+            if v.get("stacks"):
+                lines.append(f"Python stack of rank {r}:\n{v['stacks'].rstrip()}")
+            log = _tail(self.ranks[r].log)
+            if log.strip():
+                lines.append(f"rank {r} printed:\n{log.rstrip()}")
+        return "\n".join(lines)
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.ranks) and all(r.proc.poll() is None for r in self.ranks)
+
+    def close(self) -> None:
+        """Kill every rank and everything it started (each rank leads its own session)."""
+        for r in self.ranks:
+            try:
+                os.killpg(r.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for r in self.ranks:
+            try:
+                r.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            r.conn.close()
+        self.ranks = []
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text if len(text) <= TAIL_CHARS else "...\n" + text[-TAIL_CHARS:]
+
+
+def _strip_harness_frames(tb: str) -> str:
+    """Drop the worker's own frames so the traceback starts in the test's rank function."""
+    blocks = tb.split('  File "')
+    keep = [b for b in blocks[1:] if "tests/harness/worker.py" not in b.split("\n", 1)[0]]
+    return blocks[0] + "".join('  File "' + b for b in keep)
+
+
+_POOLS: dict[tuple[int, str], WorkerPool] = {}
+
+
+def get_pool(world_size: int, backend: str) -> WorkerPool:
+    pool = _POOLS.get((world_size, backend))
+    if pool is None or not pool.alive:
+        if pool is not None:
+            pool.close()
+        pool = _POOLS[(world_size, backend)] = WorkerPool(world_size, backend)
+    return pool
+
+
+@atexit.register
+def shutdown_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()

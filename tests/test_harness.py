@@ -1,0 +1,162 @@
+"""The harness itself: pools, deadlines, crash reports and the communication recorder.
+
+    pytest tests/test_harness.py -v
+
+These tests never touch the implementation under test (marker ``harness``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tests.harness import RankFailure, run_ranks
+from tests.harness.recorder import CommRecorder, bytes_sent, calls, collective_ops
+
+pytestmark = pytest.mark.harness
+
+
+# -- rank functions -----------------------------------------------------------------------------
+
+
+def identity_rank(ctx, payload=None):
+    return {"rank": ctx.rank, "world": ctx.world_size, "tensor": torch.full((2,), float(ctx.rank)), "p": payload}
+
+
+def raise_on_rank_one(ctx):
+    if ctx.rank == 1:
+        raise ValueError("bad chunk index 3")
+    return ctx.rank
+
+
+def hang_rank(ctx):
+    if ctx.rank == 0:
+        buf = torch.empty(4)
+        dist.recv(buf, src=1)  # rank 1 never sends: a deadlock
+    return ctx.rank
+
+
+def print_and_fail(ctx):
+    print(f"hello from rank {ctx.rank}")
+    raise RuntimeError("after printing")
+
+
+def exit_rank(ctx, how):
+    if ctx.rank == ctx.world_size - 1:
+        if how == "os._exit":
+            os._exit(0)
+        if how == "sys.exit":
+            sys.exit(0)
+        if how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+    return ctx.rank
+
+
+def recorded_rank(ctx):
+    peer = 1 - ctx.rank
+    x = torch.arange(6.0)
+    with CommRecorder() as rec:
+        if ctx.rank == 0:
+            dist.send(x, dst=peer)
+            handle = dist.isend(x[:2].clone(), dst=peer)
+            handle.wait()
+        else:
+            dist.recv(x, src=peer)
+            dist.irecv(x[:2], src=peer).wait()
+        dist.all_reduce(x, async_op=True).wait()
+        ctx_group = dist.new_group([0, 1])
+        ctx_group.allreduce([x]).wait()  # bypassing torch.distributed is still seen
+        w = torch.ones(3, requires_grad=True)
+        w.register_hook(lambda g: dist.all_reduce(g.clone()) and None)
+        (w * 2).sum().backward()
+    return rec.events
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_results_come_back_per_rank_in_order(world_size):
+    outs = run_ranks(world_size, identity_rank, payload=[1, 2])
+    assert [o["rank"] for o in outs] == list(range(world_size))
+    assert all(o["world"] == world_size and o["p"] == [1, 2] for o in outs)
+    assert all(torch.equal(o["tensor"], torch.full((2,), float(r))) for r, o in enumerate(outs))
+
+
+@pytest.mark.world_sizes(2, 4)
+def test_a_raising_rank_is_named_with_its_traceback_and_the_pool_recovers(world_size):
+    with pytest.raises(RankFailure) as info:
+        run_ranks(world_size, raise_on_rank_one)
+    msg = str(info.value)
+    assert "rank 1: error: ValueError: bad chunk index 3" in msg
+    assert "raise_on_rank_one" in msg and 'raise ValueError("bad chunk index 3")' in msg
+    assert "--- rank 0: finished" in msg
+    assert run_ranks(world_size, identity_rank)[0]["rank"] == 0
+
+
+@pytest.mark.world_sizes(2)
+def test_a_deadlock_fails_at_the_deadline_with_every_hung_ranks_stack(world_size):
+    start = time.monotonic()
+    with pytest.raises(RankFailure) as info:
+        run_ranks(world_size, hang_rank, deadline=3)
+    elapsed = time.monotonic() - start
+    msg = str(info.value)
+    assert elapsed < 3 + 5, f"the deadline was 3 s but the failure took {elapsed:.1f} s"
+    assert "rank 0: hung: no answer within the 3 s deadline" in msg
+    assert "Python stack of rank 0" in msg and "hang_rank" in msg, msg
+    assert "--- rank 1: finished" in msg
+    # The pool was replaced: the next test runs normally.
+    assert [o["rank"] for o in run_ranks(world_size, identity_rank)] == [0, 1]
+
+
+@pytest.mark.world_sizes(2)
+def test_what_a_failing_rank_printed_is_shown(world_size):
+    with pytest.raises(RankFailure, match="(?s)rank 1 printed:\nhello from rank 1"):
+        run_ranks(world_size, print_and_fail)
+
+
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize(
+    "how, expected",
+    [("os._exit", "the rank process exited with code 0"), ("segfault", "killed by signal SIGSEGV"),
+     ("sys.exit", "error: SystemExit: 0")],
+)  # fmt: skip
+def test_a_rank_that_exits_or_crashes_fails_the_test(world_size, how, expected):
+    with pytest.raises(RankFailure) as info:
+        run_ranks(world_size, exit_rank, how, deadline=10)
+    assert f"rank {world_size - 1}: " in str(info.value) and expected in str(info.value), str(info.value)
+    if how == "segfault":
+        assert "exit_rank" in str(info.value)  # faulthandler's crash traceback
+    assert [o["rank"] for o in run_ranks(world_size, identity_rank)] == list(range(world_size))
+
+
+def test_local_functions_are_refused_with_a_clear_message():
+    def local(ctx):
+        return 0
+
+    with pytest.raises(TypeError, match="module-level"):
+        run_ranks(1, local)
+
+
+@pytest.mark.world_sizes(2)
+def test_the_recorder_sees_p2p_collectives_waits_bypasses_and_backward(world_size):
+    events = run_ranks(world_size, recorded_rank)
+    for rank, ev in enumerate(events):
+        ops = [e.op for e in calls(ev)]
+        first = ["send", "isend"] if rank == 0 else ["recv", "irecv"]
+        assert ops == first + ["all_reduce", "pg.allreduce", "all_reduce"], ops
+        p2p = calls(ev)[:2]
+        assert [e.peer for e in p2p] == [1 - rank, 1 - rank]
+        assert [e.async_op for e in p2p] == [False, True]
+        assert [e.numel for e in p2p] == [6, 2] and p2p[0].nbytes == 24 and p2p[0].dtype == "float32"
+        waits = [e for e in ev if e.op == "wait"]
+        assert [ev[w.waits_for].op for w in waits] == [first[1], "all_reduce", "pg.allreduce"]
+        assert [e.in_backward for e in calls(ev)] == [False, False, False, False, True]
+        assert [e.op for e in collective_ops(ev)] == ["all_reduce", "pg.allreduce", "all_reduce"]
+    assert bytes_sent(events[0]) == 32 and bytes_sent(events[1]) == 0
