@@ -1,0 +1,152 @@
+"""Back-of-the-envelope numbers for distributed training: memory, communication, bubbles, FLOPs.
+
+Your task (handouts/06-accounting.md): implement each function from its docstring. They are pure
+functions (no communication); the tests check them against the numbers in the papers cited below
+and against random inputs, and check that bad input raises ``ValueError``/``TypeError`` naming the
+argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
+1e9 for the GB of the papers, by 2**30 for GiB).
+
+Sources:
+    ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+                    Parameter Models", Section 5 and Figure 1 (mixed-precision Adam: 2 + 2 + 12
+                    bytes per parameter, K = 12).
+    ring all-reduce Patarasuk & Yuan 2009: reduce-scatter then all-gather, 2(N-1)/N of the data.
+    bubbles         Huang et al. 2019 (GPipe); Narayanan et al. 2021 (Megatron-LM, interleaved 1F1B).
+    FLOPs           Kaplan et al. 2020: C = 6ND (2ND forward, 4ND backward).
+    activations     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+                    Transformer Models", Section 4 (16-bit activations, dropout masks of 1 byte).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "training_memory_bytes",
+    "zero_memory_per_gpu",
+    "ring_all_reduce_bytes_per_rank",
+    "pipeline_bubble_fraction",
+    "training_flops",
+    "mfu",
+    "activation_memory_per_layer",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.1: memory
+# Model states (parameters, gradients, optimizer state) without and with ZeRO.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> int:
+    """Bytes of model states (parameters + gradients + optimizer state) for one unsharded replica.
+
+    ``num_params * (param_bytes + grad_bytes + optimizer_bytes)``, rounded to the nearest int.
+    The defaults are mixed-precision Adam (ZeRO paper, K = 12): fp16 parameters (2) and gradients
+    (2), plus an fp32 master copy, momentum and variance (4 + 4 + 4). Activations, buffers and
+    fragmentation are not included. Example: 7.5e9 parameters -> 120e9 bytes.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative or non-finite value,
+    naming the argument.
+    """
+    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
+
+
+def zero_memory_per_gpu(
+    num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
+) -> float:
+    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
+
+    With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
+        stage 0 (plain DDP)                     P * (p + g + o)
+        stage 1 (P_os: optimizer state sharded)  P * (p + g) + P * o / N
+        stage 2 (P_os+g: and gradients)          P * p + P * (g + o) / N
+        stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
+    Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
+
+    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer stage or world size, naming the argument.
+    """
+    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.2: communication and bubbles
+# Bytes a ring all-reduce sends per rank; idle time of a pipeline.
+# ---------------------------------------------------------------------------------------------
+
+
+def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
+    """Bytes each rank sends in a ring all-reduce of a ``num_bytes`` buffer over ``world_size`` ranks.
+
+    Ring reduce-scatter (N-1 steps of M/N bytes) then ring all-gather (the same again):
+    ``2 * (N - 1) / N * M``; 0 for N = 1. This is also what ZeRO stage 2 pays (a reduce-scatter of
+    the gradients plus an all-gather of the updated parameters), so stage 2 costs no more than DDP.
+
+    Raises ``ValueError`` for negative ``num_bytes`` or ``world_size < 1`` and ``TypeError`` for a
+    non-integer ``world_size``, naming the argument.
+    """
+    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
+
+
+def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
+    """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
+
+    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
+    interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
+    times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
+
+    Raises ``ValueError`` for any argument < 1 and ``TypeError`` for a non-integer, naming it.
+    """
+    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.3: FLOPs and MFU
+# Training compute (6ND) and model FLOPs utilisation.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_flops(num_params, num_tokens) -> float:
+    """FLOPs to train a dense model of ``num_params`` on ``num_tokens`` tokens: ``6 * N * D``.
+
+    Each token costs 2N FLOPs forward (one multiply-add per parameter) and 4N backward (grads with
+    respect to activations and to weights); attention's sequence-length term is ignored.
+
+    Raises ``ValueError`` for a negative count and ``TypeError`` for a non-number, naming it.
+    """
+    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
+
+
+def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
+    """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak.
+
+    ``6 * num_params * tokens_per_second / peak_flops_per_second`` (recomputation is not counted
+    as useful work, which is what makes it *model* FLOPs). Example: 1e9 parameters at 10_000
+    tokens/s on a 989e12 FLOP/s H100 (dense bf16) -> 0.0607.
+
+    Raises ``ValueError`` for a negative count or a peak <= 0 and ``TypeError`` for a non-number.
+    """
+    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.4: activation memory
+# One transformer layer's saved activations, with tensor and sequence parallelism.
+# ---------------------------------------------------------------------------------------------
+
+
+def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
+    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
+
+    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
+        no parallelism                  s*b*h * (34 + 5*a*s/h)
+        tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
+        tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
+    34 = 11 (attention block) + 19 (MLP block) + 4 (two layer norms); 5as/h is the attention
+    scores, softmax output and its dropout mask. The 10 left unsplit by plain TP are the layer
+    norms and dropouts, which sequence parallelism splits along s. ``sequence_parallel`` with
+    tp = 1 is the first row.
+
+    Raises ``ValueError`` for counts < 1 or ``heads`` not divisible by ``tp`` (TP splits heads), and
+    ``TypeError`` for a non-integer count or a non-bool ``sequence_parallel``, naming the argument.
+    """
+    raise NotImplementedError("Task 6.4 (activation memory): see handouts/06-accounting.md §6.4")

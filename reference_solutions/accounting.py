@@ -1,0 +1,215 @@
+"""Back-of-the-envelope numbers for distributed training: memory, communication, bubbles, FLOPs.
+
+    from reference_solutions.accounting import zero_memory_per_gpu
+    zero_memory_per_gpu(7.5e9, 64, stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
+
+Pure functions, no communication; every count may be an int or a float (7.5e9 parameters).
+Bytes are plain bytes (divide by 1e9 for the GB of the papers, by 2**30 for GiB).
+
+Sources:
+    ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+                    Parameter Models", Section 5 and Figure 1 (mixed-precision Adam: 2 + 2 + 12
+                    bytes per parameter, K = 12).
+    ring all-reduce Patarasuk & Yuan 2009: reduce-scatter then all-gather, 2(N-1)/N of the data.
+    bubbles         Huang et al. 2019 (GPipe); Narayanan et al. 2021 (Megatron-LM, interleaved 1F1B).
+    FLOPs           Kaplan et al. 2020: C = 6ND (2ND forward, 4ND backward).
+    activations     Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+                    Transformer Models", Section 4 (16-bit activations, dropout masks of 1 byte).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = [
+    "training_memory_bytes",
+    "zero_memory_per_gpu",
+    "ring_all_reduce_bytes_per_rank",
+    "pipeline_bubble_fraction",
+    "training_flops",
+    "mfu",
+    "activation_memory_per_layer",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks shared by every function (private: the stubs do not have them).
+# ---------------------------------------------------------------------------------------------
+
+
+def _count(value, name: str, *, minimum: float = 0, integer: bool = False):
+    """``value`` if it is a finite real number >= minimum (an int if ``integer``), else raise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        kind = "an int" if integer else "a real number"
+        raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
+    if integer and not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    return value
+
+
+def _bytes_per_param(param_bytes, grad_bytes, optimizer_bytes) -> tuple:
+    return (
+        _count(param_bytes, "param_bytes"),
+        _count(grad_bytes, "grad_bytes"),
+        _count(optimizer_bytes, "optimizer_bytes"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.1: memory
+# Model states (parameters, gradients, optimizer state) without and with ZeRO.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> int:
+    """Bytes of model states (parameters + gradients + optimizer state) for one unsharded replica.
+
+    ``num_params * (param_bytes + grad_bytes + optimizer_bytes)``, rounded to the nearest int.
+    The defaults are mixed-precision Adam (ZeRO paper, K = 12): fp16 parameters (2) and gradients
+    (2), plus an fp32 master copy, momentum and variance (4 + 4 + 4). Activations, buffers and
+    fragmentation are not included. Example: 7.5e9 parameters -> 120e9 bytes.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative or non-finite value,
+    naming the argument.
+    """
+    num_params = _count(num_params, "num_params")
+    per_param = sum(_bytes_per_param(param_bytes, grad_bytes, optimizer_bytes))
+    return int(round(num_params * per_param))
+
+
+def zero_memory_per_gpu(
+    num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
+) -> float:
+    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
+
+    With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
+        stage 0 (plain DDP)                     P * (p + g + o)
+        stage 1 (P_os: optimizer state sharded)  P * (p + g) + P * o / N
+        stage 2 (P_os+g: and gradients)          P * p + P * (g + o) / N
+        stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
+    Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
+
+    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer stage or world size, naming the argument.
+    """
+    num_params = _count(num_params, "num_params")
+    world_size = _count(world_size, "world_size", minimum=1, integer=True)
+    stage = _count(stage, "stage", integer=True)
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0, 1, 2 or 3 (ZeRO stages), got {stage}")
+    p, g, o = _bytes_per_param(param_bytes, grad_bytes, optimizer_bytes)
+    # What stays replicated on every GPU, and what is split N ways, at each stage.
+    replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[stage]
+    sharded = p + g + o - replicated
+    return float(num_params * replicated + num_params * sharded / world_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.2: communication and bubbles
+# Bytes a ring all-reduce sends per rank; idle time of a pipeline.
+# ---------------------------------------------------------------------------------------------
+
+
+def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
+    """Bytes each rank sends in a ring all-reduce of a ``num_bytes`` buffer over ``world_size`` ranks.
+
+    Ring reduce-scatter (N-1 steps of M/N bytes) then ring all-gather (the same again):
+    ``2 * (N - 1) / N * M``; 0 for N = 1. This is also what ZeRO stage 2 pays (a reduce-scatter of
+    the gradients plus an all-gather of the updated parameters), so stage 2 costs no more than DDP.
+
+    Raises ``ValueError`` for negative ``num_bytes`` or ``world_size < 1`` and ``TypeError`` for a
+    non-integer ``world_size``, naming the argument.
+    """
+    num_bytes = _count(num_bytes, "num_bytes")
+    world_size = _count(world_size, "world_size", minimum=1, integer=True)
+    return 2.0 * (world_size - 1) / world_size * num_bytes
+
+
+def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
+    """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
+
+    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
+    interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
+    times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
+
+    Raises ``ValueError`` for any argument < 1 and ``TypeError`` for a non-integer, naming it.
+    """
+    p = _count(num_stages, "num_stages", minimum=1, integer=True)
+    m = _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
+    v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)
+    return (p - 1) / (v * m + p - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.3: FLOPs and MFU
+# Training compute (6ND) and model FLOPs utilisation.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_flops(num_params, num_tokens) -> float:
+    """FLOPs to train a dense model of ``num_params`` on ``num_tokens`` tokens: ``6 * N * D``.
+
+    Each token costs 2N FLOPs forward (one multiply-add per parameter) and 4N backward (grads with
+    respect to activations and to weights); attention's sequence-length term is ignored.
+
+    Raises ``ValueError`` for a negative count and ``TypeError`` for a non-number, naming it.
+    """
+    n = _count(num_params, "num_params")
+    d = _count(num_tokens, "num_tokens")
+    return 6.0 * n * d
+
+
+def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
+    """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak.
+
+    ``6 * num_params * tokens_per_second / peak_flops_per_second`` (recomputation is not counted
+    as useful work, which is what makes it *model* FLOPs). Example: 1e9 parameters at 10_000
+    tokens/s on a 989e12 FLOP/s H100 (dense bf16) -> 0.0607.
+
+    Raises ``ValueError`` for a negative count or a peak <= 0 and ``TypeError`` for a non-number.
+    """
+    tps = _count(tokens_per_second, "tokens_per_second")
+    n = _count(num_params, "num_params")
+    peak = _count(peak_flops_per_second, "peak_flops_per_second")
+    if peak == 0:
+        raise ValueError("peak_flops_per_second must be > 0, got 0")
+    return training_flops(n, tps) / peak
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.4: activation memory
+# One transformer layer's saved activations, with tensor and sequence parallelism.
+# ---------------------------------------------------------------------------------------------
+
+
+def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
+    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
+
+    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
+        no parallelism                  s*b*h * (34 + 5*a*s/h)
+        tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
+        tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
+    34 = 11 (attention block) + 19 (MLP block) + 4 (two layer norms); 5as/h is the attention
+    scores, softmax output and its dropout mask. The 10 left unsplit by plain TP are the layer
+    norms and dropouts, which sequence parallelism splits along s. ``sequence_parallel`` with
+    tp = 1 is the first row.
+
+    Raises ``ValueError`` for counts < 1 or ``heads`` not divisible by ``tp`` (TP splits heads), and
+    ``TypeError`` for a non-integer count or a non-bool ``sequence_parallel``, naming the argument.
+    """
+    s = _count(seq, "seq", minimum=1, integer=True)
+    b = _count(batch, "batch", minimum=1, integer=True)
+    h = _count(hidden, "hidden", minimum=1, integer=True)
+    a = _count(heads, "heads", minimum=1, integer=True)
+    t = _count(tp, "tp", minimum=1, integer=True)
+    if not isinstance(sequence_parallel, bool):
+        raise TypeError(f"sequence_parallel must be a bool, got {type(sequence_parallel).__name__}")
+    if a % t != 0:
+        raise ValueError(f"heads ({a}) must be divisible by tp ({t}): tensor parallelism splits heads")
+    sbh = s * b * h
+    if sequence_parallel:
+        return sbh / t * (34 + 5 * a * s / h)
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t))
