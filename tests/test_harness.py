@@ -160,3 +160,17 @@ def test_the_recorder_sees_p2p_collectives_waits_bypasses_and_backward(world_siz
         assert [e.in_backward for e in calls(ev)] == [False, False, False, False, True]
         assert [e.op for e in collective_ops(ev)] == ["all_reduce", "pg.allreduce", "all_reduce"]
     assert bytes_sent(events[0]) == 32 and bytes_sent(events[1]) == 0
+
+
+def record_twice_rank(ctx):
+    for _ in range(2):
+        with CommRecorder() as rec:
+            dist.all_reduce(torch.ones(2))
+    dist.all_reduce(torch.ones(2))  # torch works normally once the recorder is gone
+    return rec.events
+
+
+@pytest.mark.world_sizes(2)
+def test_the_recorder_restores_torch_distributed_on_exit(world_size):
+    for events in run_ranks(world_size, record_twice_rank):
+        assert [e.op for e in events] == ["all_reduce"]

@@ -33,6 +33,4 @@ def run_ranks(world_size: int, fn, *args, deadline: float | None = None, impl: s
     """
     __tracebackhide__ = True
     pool = get_pool(world_size, CONFIG.backend)
-    return pool.run(
-        fn, args, kwargs, impl=resolve_impl(impl or CONFIG.impl), deadline=deadline or CONFIG.deadline
-    )
+    return pool.run(fn, args, kwargs, impl=resolve_impl(impl or CONFIG.impl), deadline=deadline or CONFIG.deadline)

@@ -88,6 +88,7 @@ class WorkerPool:
     # -- running one task ---------------------------------------------------------------------
 
     def run(self, fn, args, kwargs, *, impl: str, deadline: float, seed: int = 0) -> list:
+        __tracebackhide__ = True  # the failure message says everything; pool internals are noise
         self.tasks_run += 1
         task = self.tasks_run
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
@@ -127,9 +128,11 @@ class WorkerPool:
         if by_conn:
             hung = sorted(by_conn.values())
             stacks = self._dump_stacks(hung)
-            waited = f"{deadline:.0f} s deadline" if not replies or all(
-                v["status"] in ("ok", "ready") for v in replies.values()
-            ) else f"{ERROR_GRACE_S:.0f} s after another rank failed"
+            waited = (
+                f"{deadline:.0f} s deadline"
+                if not replies or all(v["status"] in ("ok", "ready") for v in replies.values())
+                else f"{ERROR_GRACE_S:.0f} s after another rank failed"
+            )
             for r in hung:
                 replies[r] = {"status": "hung", "error": f"no answer within the {waited}", "stacks": stacks[r]}
         return replies
@@ -170,7 +173,10 @@ class WorkerPool:
                 lines.append(f"--- rank {r}: finished")
                 continue
             lines.append(f"--- rank {r}: {status}: {v.get('error', '')}")
-            if v.get("traceback"):
+            same = [q for q in sorted(replies) if q < r and replies[q].get("traceback") == v.get("traceback")]
+            if v.get("traceback") and same:
+                lines.append(f"(same traceback as rank {same[0]})")
+            elif v.get("traceback"):
                 lines.append(_strip_harness_frames(v["traceback"]).rstrip())
             if v.get("stacks"):
                 lines.append(f"Python stack of rank {r}:\n{v['stacks'].rstrip()}")

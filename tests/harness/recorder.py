@@ -93,12 +93,14 @@ class CommRecorder:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __enter__(self) -> CommRecorder:
-        for name in _PG_METHODS:
-            if hasattr(ProcessGroup, name):
-                self._saved[(ProcessGroup, name)] = getattr(ProcessGroup, name)
-                setattr(ProcessGroup, name, self._wrap_pg(name, getattr(ProcessGroup, name)))
-        self._saved[(Work, "wait")] = Work.wait
-        setattr(Work, "wait", self._wrap_wait(Work.wait))
+        # Save the raw class attributes (pybind11 ``instancemethod`` descriptors): ``getattr`` would
+        # return the unbound builtin, which no longer binds ``self`` once put back on the class.
+        for owner, name, wrap in [(ProcessGroup, m, self._wrap_pg) for m in _PG_METHODS] + [(Work, "wait", None)]:
+            if name not in vars(owner):
+                continue
+            self._saved[(owner, name)] = vars(owner)[name]
+            original = getattr(owner, name)
+            setattr(owner, name, wrap(name, original) if wrap else self._wrap_wait(original))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -87,12 +87,8 @@ def _run_task(msg: dict, args: argparse.Namespace, store) -> dict:
     torch.manual_seed(msg.get("seed", 0) + args.rank)
     task_store = dist.PrefixStore(f"task{msg['task']}/", store)
     init_kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(
-        backend, store=task_store, rank=args.rank, world_size=args.world_size, **init_kwargs
-    )
-    ctx = RankContext(
-        rank=args.rank, world_size=args.world_size, backend=backend, device=device, impl=msg["impl"]
-    )
+    dist.init_process_group(backend, store=task_store, rank=args.rank, world_size=args.world_size, **init_kwargs)
+    ctx = RankContext(rank=args.rank, world_size=args.world_size, backend=backend, device=device, impl=msg["impl"])
     value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -1,0 +1,114 @@
+"""Collectives built only from point-to-point messages (send/recv/isend/irecv/batch_isend_irecv).
+
+Your task (handouts/01-collectives.md): implement each function below using ONLY
+``dist.send``, ``dist.recv``, ``dist.isend``, ``dist.irecv``, ``dist.P2POp`` and
+``dist.batch_isend_irecv``. The tests record every torch.distributed call your code makes and fail
+on any built-in collective (``dist.all_reduce``, ``dist.broadcast``, ...).
+
+Every function takes ``group`` (None = WORLD) and works for any group size N >= 1, any shape
+(empty and 0-d included) and float32/float64/bfloat16/int64 tensors, on gloo (CPU) or NCCL (CUDA).
+Peers are addressed by global rank; positions in lists follow the rank *within* the group.
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.1: broadcast
+# ---------------------------------------------------------------------------------------------
+
+
+def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None) -> None:
+    """Copy ``tensor`` from global rank ``src`` into ``tensor`` on every rank of ``group``, in place.
+
+    Binomial tree over ranks relative to ``src``: in round k, every rank that already holds the
+    data (relative rank < 2**k) sends it to relative rank + 2**k; ceil(log2 N) rounds in all.
+    All ranks must pass tensors of the same shape and dtype.
+    """
+
+    raise NotImplementedError("Task 1.1 (broadcast): see handouts/01-collectives.md §1.1")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.2: reduce
+# ---------------------------------------------------------------------------------------------
+
+
+def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = None) -> None:
+    """Sum ``tensor`` over all ranks of ``group`` into ``tensor`` on global rank ``dst``, in place.
+
+    Other ranks' tensors are left unchanged. Binomial tree, the broadcast run backwards: in round
+    k, relative ranks with bit k set send their partial sum to relative rank - 2**k and drop out.
+    """
+
+    raise NotImplementedError("Task 1.2 (reduce): see handouts/01-collectives.md §1.2")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.3: all_gather (ring)
+# ---------------------------------------------------------------------------------------------
+
+
+def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` along dim 0, in group-rank order; returned on every rank.
+
+    Shapes: each rank passes (d0, *rest) -> returns (N * d0, *rest); a 0-d tensor gives (N,).
+    Ring algorithm: N - 1 steps, each rank sends its neighbour one rank's piece per step.
+    """
+
+    raise NotImplementedError("Task 1.3 (all_gather (ring)): see handouts/01-collectives.md §1.3")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.4: reduce_scatter (ring)
+# ---------------------------------------------------------------------------------------------
+
+
+def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Sum ``tensor`` over the group and return this rank's chunk of the sum along dim 0.
+
+    Shapes: each rank passes (N * c, *rest) -> returns (c, *rest), chunk i going to group rank i.
+    ``tensor.shape[0]`` must divide by N (``ValueError`` otherwise); ``tensor`` is not modified.
+    """
+
+    raise NotImplementedError("Task 1.4 (reduce_scatter (ring)): see handouts/01-collectives.md §1.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.5: ring all_reduce
+# ---------------------------------------------------------------------------------------------
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None) -> None:
+    """Sum (``op="sum"``) or average (``op="avg"``) ``tensor`` over the group, in place, on every rank.
+
+    Ring algorithm on the flattened tensor split into N contiguous chunks (sizes differ by at
+    most one element; some are empty when numel < N): a ring reduce-scatter leaves chunk i fully
+    reduced on rank i, then a ring all-gather circulates the reduced chunks. Each rank sends
+    2(N-1)/N of the data. ``"avg"`` divides only this rank's reduced chunk (1/N of the work);
+    averaging an integer tensor is a ``TypeError``.
+    """
+
+    raise NotImplementedError("Task 1.5 (ring all_reduce): see handouts/01-collectives.md §1.5")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.6: all_to_all (uneven sizes)
+# ---------------------------------------------------------------------------------------------
+
+
+def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = None) -> list[torch.Tensor]:
+    """Personalised exchange: ``tensors[j]`` goes to group rank j; result ``[i]`` came from rank i.
+
+    Shapes: ``tensors[j]`` is (n_j, *rest) with n_j free per pair; ``*rest`` and dtype must match.
+    Dim-0 sizes are exchanged first (one int64 per pair), then the data, pairwise: in step k
+    rank r sends to r + k and receives from r - k, so every pair talks exactly once per phase.
+    """
+
+    raise NotImplementedError("Task 1.6 (all_to_all (uneven sizes)): see handouts/01-collectives.md §1.6")

@@ -1,0 +1,273 @@
+"""Collectives built only from point-to-point messages (send/recv/isend/irecv/batch_isend_irecv).
+
+Every function takes ``group`` (None = WORLD) and works for any group size N >= 1, any shape
+(empty and 0-d included) and float32/float64/bfloat16/int64 tensors, on gloo (CPU) or NCCL (CUDA).
+Peers are addressed by global rank; positions in lists follow the rank *within* the group.
+
+Costs for M bytes on N ranks (alpha = per-message latency, beta = seconds per byte):
+    broadcast, reduce   binomial tree: ceil(log2 N) rounds, M bytes per round
+    all_gather          ring: N-1 steps, each rank sends (N-1)/N of the result
+    reduce_scatter      ring: N-1 steps, each rank sends (N-1)/N of its input
+    all_reduce          ring reduce-scatter + ring all-gather: each rank sends 2(N-1)/N * M,
+                        which no algorithm beats for large M (the "bandwidth-optimal" bound)
+    all_to_all          pairwise: N-1 steps, step k talks to rank +k and rank -k
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared plumbing: who am I in the group, argument checks, one round of simultaneous exchange.
+# ---------------------------------------------------------------------------------------------
+
+
+def _group_view(group) -> tuple[list[int], int]:
+    """(global ranks of the group in group order, my position in it)."""
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    return ranks, ranks.index(dist.get_rank())
+
+
+def _check_tensor(tensor, name: str = "tensor") -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype not in _DTYPES:
+        raise TypeError(f"{name} has unsupported dtype {tensor.dtype}; use one of {[str(d) for d in _DTYPES]}")
+
+
+def _check_member(rank, ranks: list[int], name: str) -> int:
+    """Position of global rank ``rank`` in the group, or a ValueError naming the argument."""
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        raise TypeError(f"{name} must be an int (a global rank), got {type(rank).__name__}")
+    if rank not in ranks:
+        raise ValueError(f"{name}={rank} is not a rank of the group (its global ranks are {ranks})")
+    return ranks.index(rank)
+
+
+def _exchange(group, send: torch.Tensor | None, to: int, recv: torch.Tensor | None, frm: int) -> None:
+    """Send ``send`` to global rank ``to`` while receiving ``recv`` from global rank ``frm``.
+
+    Posted together so that a ring of ranks all sending first cannot deadlock; empty tensors
+    are skipped on both sides (both sides know the sizes, so they agree on what to skip).
+    """
+    ops = []
+    if send is not None and send.numel() > 0:
+        ops.append(dist.P2POp(dist.isend, send, to, group))
+    if recv is not None and recv.numel() > 0:
+        ops.append(dist.P2POp(dist.irecv, recv, frm, group))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.1: broadcast
+# ---------------------------------------------------------------------------------------------
+
+
+def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = None) -> None:
+    """Copy ``tensor`` from global rank ``src`` into ``tensor`` on every rank of ``group``, in place.
+
+    Binomial tree over ranks relative to ``src``: in round k, every rank that already holds the
+    data (relative rank < 2**k) sends it to relative rank + 2**k; ceil(log2 N) rounds in all.
+    All ranks must pass tensors of the same shape and dtype.
+    """
+    _check_tensor(tensor)
+    ranks, me = _group_view(group)
+    root = _check_member(src, ranks, "src")
+    n = len(ranks)
+    rel = (me - root) % n
+    buf = tensor if tensor.is_contiguous() else tensor.contiguous()
+    mask = 1
+    while mask < n:
+        if rel < mask and rel + mask < n:
+            dist.send(buf, ranks[(rel + mask + root) % n], group)
+        elif mask <= rel < 2 * mask:
+            dist.recv(buf, ranks[(rel - mask + root) % n], group)
+        mask <<= 1
+    if buf is not tensor:
+        tensor.copy_(buf)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.2: reduce
+# ---------------------------------------------------------------------------------------------
+
+
+def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = None) -> None:
+    """Sum ``tensor`` over all ranks of ``group`` into ``tensor`` on global rank ``dst``, in place.
+
+    Other ranks' tensors are left unchanged. Binomial tree, the broadcast run backwards: in round
+    k, relative ranks with bit k set send their partial sum to relative rank - 2**k and drop out.
+    """
+    _check_tensor(tensor)
+    ranks, me = _group_view(group)
+    root = _check_member(dst, ranks, "dst")
+    n = len(ranks)
+    rel = (me - root) % n
+    partial = tensor.contiguous().clone() if rel != 0 else None
+    acc = partial if partial is not None else tensor.contiguous()
+    incoming = torch.empty_like(acc)
+    mask = 1
+    while mask < n:
+        if rel & mask:
+            dist.send(acc, ranks[(rel - mask + root) % n], group)
+            break
+        if rel + mask < n:
+            dist.recv(incoming, ranks[(rel + mask + root) % n], group)
+            acc += incoming
+        mask <<= 1
+    if rel == 0 and acc is not tensor:
+        tensor.copy_(acc)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.3: all_gather (ring)
+# ---------------------------------------------------------------------------------------------
+
+
+def _ring_all_gather_chunks(chunks: list[torch.Tensor], ranks: list[int], me: int, group) -> None:
+    """Ring all-gather in place: on entry ``chunks[me]`` holds this rank's piece; on return all do.
+
+    Step s: send the piece that arrived last (piece me - s) to the next rank, receive piece
+    me - s - 1 from the previous one. Each rank sends N - 1 pieces in all.
+    """
+    n = len(ranks)
+    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    for step in range(n - 1):
+        _exchange(group, chunks[(me - step) % n], nxt, chunks[(me - step - 1) % n], prv)
+
+
+def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` along dim 0, in group-rank order; returned on every rank.
+
+    Shapes: each rank passes (d0, *rest) -> returns (N * d0, *rest); a 0-d tensor gives (N,).
+    Ring algorithm: N - 1 steps, each rank sends its neighbour one rank's piece per step.
+    """
+    _check_tensor(tensor)
+    ranks, me = _group_view(group)
+    piece = tensor.reshape(1) if tensor.dim() == 0 else tensor
+    out = torch.empty((len(ranks) * piece.shape[0], *piece.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    chunks = list(out.chunk(len(ranks))) if out.shape[0] > 0 else [out] * len(ranks)
+    chunks[me].copy_(piece)
+    _ring_all_gather_chunks(chunks, ranks, me, group)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.4: reduce_scatter (ring)
+# ---------------------------------------------------------------------------------------------
+
+
+def _ring_reduce_scatter_chunks(chunks: list[torch.Tensor], ranks: list[int], me: int, group) -> None:
+    """Ring reduce-scatter in place over ``chunks`` (N pieces, sizes may differ, may be empty).
+
+    Step s: send the partial sum of piece me - s - 1 to the next rank, receive the previous
+    rank's partial sum of piece me - s - 2 and add it in. After N - 1 steps ``chunks[me]`` holds
+    the full sum of piece ``me``; the other pieces hold partial sums (scratch).
+    """
+    n = len(ranks)
+    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
+    incoming = torch.empty(max(c.numel() for c in chunks), dtype=chunks[0].dtype, device=chunks[0].device)
+    for step in range(n - 1):
+        target = chunks[(me - step - 2) % n]
+        buf = incoming[: target.numel()].view_as(target)
+        _exchange(group, chunks[(me - step - 1) % n], nxt, buf, prv)
+        target += buf
+
+
+def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    """Sum ``tensor`` over the group and return this rank's chunk of the sum along dim 0.
+
+    Shapes: each rank passes (N * c, *rest) -> returns (c, *rest), chunk i going to group rank i.
+    ``tensor.shape[0]`` must divide by N (``ValueError`` otherwise); ``tensor`` is not modified.
+    """
+    _check_tensor(tensor)
+    ranks, me = _group_view(group)
+    n = len(ranks)
+    if tensor.dim() == 0 or tensor.shape[0] % n != 0:
+        dim0 = "a 0-d tensor" if tensor.dim() == 0 else f"shape[0]={tensor.shape[0]}"
+        raise ValueError(f"tensor must have dim 0 divisible by the group size {n}, got {dim0}")
+    work = tensor.contiguous().clone()
+    chunks = list(work.chunk(n)) if work.shape[0] > 0 else [work] * n
+    _ring_reduce_scatter_chunks(chunks, ranks, me, group)
+    return chunks[me].clone()
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.5: ring all_reduce
+# ---------------------------------------------------------------------------------------------
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None) -> None:
+    """Sum (``op="sum"``) or average (``op="avg"``) ``tensor`` over the group, in place, on every rank.
+
+    Ring algorithm on the flattened tensor split into N contiguous chunks (sizes differ by at
+    most one element; some are empty when numel < N): a ring reduce-scatter leaves chunk i fully
+    reduced on rank i, then a ring all-gather circulates the reduced chunks. Each rank sends
+    2(N-1)/N of the data. ``"avg"`` divides only this rank's reduced chunk (1/N of the work);
+    averaging an integer tensor is a ``TypeError``.
+    """
+    _check_tensor(tensor)
+    if op not in ("sum", "avg"):
+        raise ValueError(f'op must be "sum" or "avg", got {op!r}')
+    if op == "avg" and not tensor.is_floating_point():
+        raise TypeError(f'op="avg" needs a floating-point tensor, got {tensor.dtype}')
+    ranks, me = _group_view(group)
+    n = len(ranks)
+    if n == 1:
+        return
+    flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()  # (numel,)
+    chunks = list(torch.tensor_split(flat, n))  # N views, sizes differ by at most one
+    _ring_reduce_scatter_chunks(chunks, ranks, me, group)
+    if op == "avg":
+        chunks[me].div_(n)
+    _ring_all_gather_chunks(chunks, ranks, me, group)
+    if not tensor.is_contiguous():
+        tensor.copy_(flat.view_as(tensor))
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.6: all_to_all (uneven sizes)
+# ---------------------------------------------------------------------------------------------
+
+
+def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = None) -> list[torch.Tensor]:
+    """Personalised exchange: ``tensors[j]`` goes to group rank j; result ``[i]`` came from rank i.
+
+    Shapes: ``tensors[j]`` is (n_j, *rest) with n_j free per pair; ``*rest`` and dtype must match.
+    Dim-0 sizes are exchanged first (one int64 per pair), then the data, pairwise: in step k
+    rank r sends to r + k and receives from r - k, so every pair talks exactly once per phase.
+    """
+    ranks, me = _group_view(group)
+    n = len(ranks)
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"tensors must be a list of {n} tensors, got {type(tensors).__name__}")
+    if len(tensors) != n:
+        raise ValueError(f"tensors must hold one tensor per rank of the group ({n}), got {len(tensors)}")
+    for j, t in enumerate(tensors):
+        _check_tensor(t, f"tensors[{j}]")
+        if t.dim() == 0:
+            raise ValueError(f"tensors[{j}] must have at least one dimension (dim 0 is split), got a 0-d tensor")
+        if t.shape[1:] != tensors[0].shape[1:] or t.dtype != tensors[0].dtype:
+            raise ValueError(
+                f"tensors[{j}] has trailing shape {tuple(t.shape[1:])} and dtype {t.dtype}, but tensors[0] "
+                f"has {tuple(tensors[0].shape[1:])} and {tensors[0].dtype}: they must match"
+            )
+    rest, dtype, device = tensors[0].shape[1:], tensors[0].dtype, tensors[0].device
+    out: list[torch.Tensor | None] = [None] * n
+    out[me] = tensors[me].clone()
+    for k in range(1, n):
+        to, frm = (me + k) % n, (me - k) % n
+        size_out = torch.tensor([tensors[to].shape[0]], dtype=torch.int64, device=device)
+        size_in = torch.empty(1, dtype=torch.int64, device=device)
+        _exchange(group, size_out, ranks[to], size_in, ranks[frm])
+        out[frm] = torch.empty((int(size_in.item()), *rest), dtype=dtype, device=device)
+        _exchange(group, tensors[to].contiguous(), ranks[to], out[frm], ranks[frm])
+    return out
