@@ -261,7 +261,7 @@ def subgroup_rank(ctx):
     me = torch.tensor([float(ctx.rank + 1)] * 2, device=ctx.device)
     with CommRecorder() as rec:
         b = me.clone()
-        C.broadcast(b, src=members[-1], group=group)
+        C.broadcast(b, src=members[0], group=group)  # a global rank: 1 in the odd group is rank 0 there
         r = me.clone()
         C.reduce(r, dst=members[-1], group=group)
         a = me.clone()
@@ -291,7 +291,7 @@ def test_collectives_on_a_subgroup_use_global_src_dst_and_group_order(world_size
             assert e.group_ranks == tuple(members), f"{what}: a message went outside the group: {e}"
             assert e.peer is None or e.peer in members, f"{what}: peer {e.peer} is not in the group: {e}"
         assert_point_to_point_only([out["events"]], what)
-        assert_close(out["broadcast"], torch.full((2,), vals[-1].item()), what=f"{what}, broadcast src={members[-1]}")
+        assert_close(out["broadcast"], torch.full((2,), vals[0].item()), what=f"{what}, broadcast src={members[0]}")
         reduced = torch.full((2,), vals.sum().item()) if rank == members[-1] else torch.full((2,), rank + 1.0)
         assert_close(out["reduce"], reduced, what=f"{what}, reduce dst={members[-1]}")
         assert_close(out["all_reduce"], torch.full((2,), vals.sum().item()), what=f"{what}, all_reduce")

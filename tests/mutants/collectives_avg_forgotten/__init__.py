@@ -1,0 +1,1 @@
+"""Mutant: all_reduce(op="avg") sums but never divides."""

@@ -1,0 +1,1 @@
+"""Mutant: all_gather concatenates in reverse rank order."""

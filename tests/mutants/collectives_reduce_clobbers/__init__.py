@@ -1,0 +1,1 @@
+"""Mutant: reduce accumulates into every rank's tensor, not only dst's."""

@@ -1,0 +1,1 @@
+"""Mutant: the ring's all-gather phase forwards the wrong chunk (off by one)."""
