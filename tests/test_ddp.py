@@ -1,0 +1,334 @@
+"""Part 2: data parallelism (handouts/02-ddp.md).
+
+    pytest tests/test_ddp.py                          # your implementation, world sizes 1, 2, 4
+    pytest tests/test_ddp.py -m task2_4 --world-sizes 2   # only bucketed DDP, two ranks
+
+Oracle: one process training on the concatenation of every rank's batch must end up with the same
+gradients and parameters, after every step, as each rank of a data-parallel run ("the end result
+should be the same as a forward pass on all the examples"). Ranks start from different random
+weights, so the wrappers must broadcast rank 0's. Models are float64 so that the only difference
+from the oracle is the order of additions; at world size 1 results must be bitwise identical.
+Behaviour (when and how much is communicated) is judged from the recorder's log of each rank.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cs336_systems.models import DeepMLP, ToyModel, ToyModelWithTiedWeights
+from cs336_systems.utils import random_batch, seed_everything
+from tests.harness import CONFIG, assert_close, run_ranks
+from tests.harness.recorder import CommRecorder, calls, format_events
+
+PER_RANK_BATCH = 4
+STATE_SEED = 0  # the oracle's (and rank 0's) initial weights; other ranks start elsewhere
+
+
+class LopsidedModel(nn.Module):
+    """A 128 KiB weight (float64) beside tiny parameters, down to a single element."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(16, 1024)  # weight (1024, 16): larger than the small bucket caps
+        self.gain = nn.Parameter(torch.ones(1))
+        self.head = nn.Linear(1024, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.wide(x))) * self.gain  # (B, 16) -> (B, 3)
+
+
+class BranchyModel(nn.Module):
+    """``extra`` is used only when ``use_extra=True``: on other steps its parameters get no grad."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(6, 6)
+        self.extra = nn.Linear(6, 6)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor, use_extra: bool = True) -> torch.Tensor:
+        h = torch.relu(self.trunk(x))
+        return self.head(h + self.extra(h) if use_extra else h)
+
+
+# name -> (factory, in_features, out_features)
+MODELS = {
+    "toy": (lambda: ToyModel(10, 5), 10, 5),  # frozen parameter, LayerNorm, mixed shapes
+    "tied": (lambda: ToyModelWithTiedWeights(10, 5), 10, 5),  # fc4.weight is fc2.weight
+    "deep": (lambda: DeepMLP(2, 8, 16), 8, 8),
+    "lopsided": (lambda: LopsidedModel(), 16, 3),
+    "branchy": (lambda: BranchyModel(), 6, 2),
+}
+# variant -> (task marker, bucket_size_mb for DDPBucketed)
+VARIANTS = {
+    "naive": (pytest.mark.task2_1, None),
+    "flat": (pytest.mark.task2_2, None),
+    "individual": (pytest.mark.task2_3, None),
+    "bucketed-0MiB": (pytest.mark.task2_4, 0.0),  # one parameter per bucket
+    "bucketed-0.002MiB": (pytest.mark.task2_4, 0.002),  # a few parameters per bucket
+    "bucketed-inf": (pytest.mark.task2_4, float("inf")),  # one bucket
+}
+WRAPPERS = [v for v in VARIANTS if v not in ("naive", "flat")]
+
+
+def variant_params(names):
+    return [pytest.param(v, marks=VARIANTS[v][0], id=v) for v in names]
+
+
+def build_model(name: str, seed: int, dtype=torch.float64) -> nn.Module:
+    seed_everything(seed)
+    return MODELS[name][0]().to(dtype)
+
+
+def wrap(ddp, variant: str, model: nn.Module):
+    """(module to call, function that synchronizes gradients after backward)."""
+    if variant == "naive":
+        return model, lambda: ddp.all_reduce_gradients(model)
+    if variant == "flat":
+        return model, lambda: ddp.all_reduce_gradients_flat(model)
+    net = ddp.DDPIndividualParameters(model) if variant == "individual" else ddp.DDPBucketed(model, VARIANTS[variant][1])
+    assert net.module is model, "the wrapper must expose the model it wraps as .module"
+    return net, net.finish_gradient_synchronization
+
+
+def make_batches(name: str, world_size: int, steps: int):
+    """One global batch per step: (inputs, targets, forward kwargs). BranchyModel skips extra on odd steps."""
+    _, d_in, d_out = MODELS[name]
+    out = []
+    for step in range(steps):
+        x, y = random_batch(world_size * PER_RANK_BATCH, d_in, d_out, seed=100 + step, dtype=torch.float64)
+        out.append((x, y, {"use_extra": step % 2 == 0} if name == "branchy" else {}))
+    return out
+
+
+def train(net, model, sync, batches, opt_name: str, set_to_none: bool = True, shard=None) -> list[dict]:
+    """The training loop of both the ranks and the oracle; returns every step's grads and parameters."""
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.1) if opt_name == "sgd" else torch.optim.AdamW(params, lr=0.01)
+    history = []
+    for x, y, kwargs in batches:
+        if shard is not None:
+            x, y = x[shard], y[shard]
+        opt.zero_grad(set_to_none=set_to_none)
+        F.mse_loss(net(x, **kwargs), y).backward()
+        sync()
+        grads = {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        history.append({"grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
+    return history
+
+
+def train_rank(ctx, variant, model_name, state, batches, opt_name, set_to_none=True):
+    model = build_model(model_name, seed=1000 + ctx.rank).to(ctx.device)
+    if ctx.rank == 0 or variant in ("naive", "flat"):  # the functions cannot broadcast: start equal
+        model.load_state_dict(state)
+    net, sync = wrap(ctx.load("ddp"), variant, model)
+    mine = slice(ctx.rank * PER_RANK_BATCH, (ctx.rank + 1) * PER_RANK_BATCH)
+    batches = [(x.to(ctx.device), y.to(ctx.device), k) for x, y, k in batches]
+    return train(net, model, sync, batches, opt_name, set_to_none, shard=mine)
+
+
+def _diagnose(got: torch.Tensor, want: torch.Tensor, world_size: int) -> str:
+    """Name the classic averaging bugs when the grad is off by exactly a factor of the world size."""
+    if world_size > 1 and torch.allclose(got, want * world_size, rtol=1e-6, atol=1e-12):
+        return f" -- this is the SUM over ranks: divide by the world size ({world_size})"
+    if world_size > 1 and torch.allclose(got, want / world_size, rtol=1e-6, atol=1e-12):
+        return f" -- this is the average divided by {world_size} again: average only once"
+    return ""
+
+
+def assert_matches_oracle(outs: list[list[dict]], oracle: list[dict], world_size: int, what: str) -> None:
+    """Every rank, every step: grads and parameters equal the one-process run (bitwise at world size 1 on
+    CPU, where the oracle does the same arithmetic) and bitwise equal to rank 0's."""
+    __tracebackhide__ = True
+    tol = {"rtol": 0.0, "atol": 0.0} if world_size == 1 and CONFIG.backend == "gloo" else {}
+    for step, want in enumerate(oracle):
+        for rank, history in enumerate(outs):
+            got = history[step]
+            for kind in ("grads", "params"):
+                for name, w in want[kind].items():
+                    g = got[kind][name]
+                    where = f"rank {rank}, step {step}, {name}{'.grad' if kind == 'grads' else ''} ({what})"
+                    if w is None or g is None:
+                        assert g is None and w is None, f"{where}: expected grad {w}, got {g}"
+                        continue
+                    try:
+                        assert_close(g, w, what=where, **tol)
+                        assert_close(g, outs[0][step][kind][name], what=f"{where} vs rank 0", rtol=0, atol=0)
+                    except AssertionError as exc:
+                        raise AssertionError(str(exc) + (_diagnose(g, w, world_size) if kind == "grads" else ""))
+
+
+def run_training(world_size, variant, model_name, opt_name, steps=3, set_to_none=True):
+    state = build_model(model_name, seed=STATE_SEED).state_dict()
+    batches = make_batches(model_name, world_size, steps)
+    outs = run_ranks(world_size, train_rank, variant, model_name, state, batches, opt_name, set_to_none)
+    oracle_model = build_model(model_name, seed=STATE_SEED)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the ranks, so that CPU sums happen in the same order
+    try:
+        oracle = train(oracle_model, oracle_model, lambda: None, batches, opt_name, set_to_none)
+    finally:
+        torch.set_num_threads(threads)
+    assert_matches_oracle(outs, oracle, world_size, f"{variant}, {model_name}, {opt_name}")
+
+
+# -- training equivalence ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_name", ["toy", "tied", "deep", "lopsided"])
+@pytest.mark.parametrize("variant", variant_params(VARIANTS))
+def test_sgd_steps_match_one_process_on_the_whole_batch(world_size, variant, model_name):
+    """Three SGD steps; the frozen parameter keeps grad None, the tied weight is averaged once."""
+    run_training(world_size, variant, model_name, "sgd")
+
+
+@pytest.mark.parametrize("variant", variant_params(VARIANTS))
+def test_adamw_steps_match_one_process_on_the_whole_batch(world_size, variant):
+    run_training(world_size, variant, "tied", "adamw")
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["zero_grad-none", "zero_grad-zeros"])
+@pytest.mark.parametrize("variant", variant_params(WRAPPERS))
+def test_repeated_steps_work_with_either_kind_of_zero_grad(world_size, variant, set_to_none):
+    run_training(world_size, variant, "deep", "adamw", steps=5, set_to_none=set_to_none)
+
+
+@pytest.mark.parametrize("variant", variant_params(WRAPPERS))
+def test_a_parameter_without_grad_in_a_step_keeps_none_and_nothing_hangs(world_size, variant):
+    """BranchyModel skips ``extra`` on odd steps: its grads stay None there, its bucket goes at finish."""
+    run_training(world_size, variant, "branchy", "sgd", steps=4)
+
+
+# -- construction: rank 0's weights win -------------------------------------------------------------
+
+
+def broadcast_rank(ctx, variant):
+    model = build_model("toy", seed=1000 + ctx.rank).to(ctx.device)  # a different start on every rank
+    model.register_buffer("running_scale", torch.full((3,), float(ctx.rank + 1), device=ctx.device))
+    with torch.no_grad():
+        model.no_grad_fixed_param.fill_(10.0 + ctx.rank)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    wrap(ctx.load("ddp"), variant, model)
+    return before, model.state_dict()
+
+
+@pytest.mark.parametrize("variant", variant_params(WRAPPERS))
+def test_construction_broadcasts_rank_0_parameters_and_buffers(world_size, variant):
+    outs = run_ranks(world_size, broadcast_rank, variant)
+    rank0_before = outs[0][0]
+    for rank, (_, after) in enumerate(outs):
+        assert sorted(after) == sorted(rank0_before), f"rank {rank}: the wrapper changed the model's state keys"
+        for name, want in rank0_before.items():
+            assert_close(after[name], want, what=f"rank {rank}, {name} after wrapping (must be rank 0's)", rtol=0, atol=0)
+
+
+# -- behaviour: what is communicated, and when --------------------------------------------------------
+
+
+def expected_layout(model: nn.Module, bucket_size_mb: float) -> list[list[str]]:
+    """The contract's rule, restated: reverse order of trainable parameters, close a bucket when the next
+    parameter would push it past the cap."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    buckets, size, cap = [], 0, bucket_size_mb * 2**20
+    for p in reversed([p for p in model.parameters() if p.requires_grad]):
+        nbytes = p.numel() * p.element_size()
+        if not buckets or size + nbytes > cap:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(names[id(p)])
+        size += nbytes
+    return buckets
+
+
+def layout_rank(ctx, cases):
+    ddp = ctx.load("ddp")
+    return [ddp.DDPBucketed(build_model(name, seed=0, dtype=torch.float32), mb).bucket_parameter_names()
+            for name, mb in cases]  # fmt: skip
+
+
+def _boundary_mb(model_name: str, count: int) -> float:
+    """A cap exactly the size of the last ``count`` trainable parameters: they must share one bucket."""
+    params = [p for p in build_model(model_name, 0, torch.float32).parameters() if p.requires_grad]
+    return sum(p.numel() * p.element_size() for p in params[-count:]) / 2**20
+
+
+@pytest.mark.task2_4
+@pytest.mark.parametrize("model_name", ["deep", "tied", "toy", "lopsided"])
+def test_bucket_layout_follows_the_reverse_order_cap_rule(model_name):
+    """Caps: 0 and tiny (one parameter per bucket), exactly full, just short of full, 1 MiB, huge (one bucket)."""
+    exact = _boundary_mb(model_name, 3)
+    caps = [0.0, 1e-9, exact, exact * (1 - 1e-6), 0.002, 1.0, 1e6, float("inf")]
+    got = run_ranks(1, layout_rank, [(model_name, mb) for mb in caps])[0]
+    model = build_model(model_name, 0, torch.float32)
+    for mb, layout in zip(caps, got):
+        want = expected_layout(model, mb)
+        assert layout == want, f"{model_name}, bucket_size_mb={mb!r}: expected buckets\n  {want}\ngot\n  {layout}"
+
+
+def overlap_rank(ctx, variant, model_name, state, batch):
+    model = build_model(model_name, seed=1000 + ctx.rank, dtype=torch.float32).to(ctx.device)
+    net, sync = wrap(ctx.load("ddp"), variant, model)  # construction's broadcast is not recorded
+    names = {id(p): n for n, p in model.named_parameters()}
+    x, y, kwargs = batch
+    mine = slice(ctx.rank * PER_RANK_BATCH, (ctx.rank + 1) * PER_RANK_BATCH)
+    ready = []  # (parameter name, all-reduces launched when our hook ran right after its grad was ready)
+    with CommRecorder() as rec:
+        for p in model.parameters():
+            if p.requires_grad:  # registered after the wrapper's hooks, so it runs after them
+                p.register_post_accumulate_grad_hook(lambda p: ready.append((names[id(p)], len(calls(rec.events)))))
+        F.mse_loss(net(x[mine].float().to(ctx.device), **kwargs), y[mine].float().to(ctx.device)).backward()
+        end_of_backward = len(rec.events)
+        sync()
+    return {"events": rec.events, "ready": ready, "end_of_backward": end_of_backward}
+
+
+def assert_overlapped(out: dict, buckets: list[list[str]], numels: dict[str, int], what: str) -> None:
+    """One async all-reduce per bucket, each launched during backward as soon as its last grad was ready
+    (not earlier, not later), and no wait before backward ends."""
+    __tracebackhide__ = True
+    events, log = out["events"], format_events(out["events"])
+    launched = calls(events)
+    assert all(e.op == "all_reduce" for e in launched), f"{what}: only all_reduce is expected here:\n{log}"
+    assert len(launched) == len(buckets), (
+        f"{what}: expected one all_reduce per {'bucket' if len(buckets[0]) > 1 else 'gradient'} "
+        f"({len(buckets)}), got {len(launched)}:\n{log}"
+    )
+    for e in launched:
+        assert e.async_op and e.in_backward, (
+            f"{what}: all_reduce #{e.index} must be launched with async_op=True from a hook during backward, "
+            f"got async_op={e.async_op}, in_backward={e.in_backward}:\n{log}"
+        )
+    early = [e for e in events if e.op == "wait" and (e.in_backward or e.index < out["end_of_backward"])]
+    assert not early, f"{what}: waiting during backward serializes communication and compute (no overlap):\n{log}"
+    done, order = set(), []
+    for name, count in out["ready"]:
+        full_before = [b for b in buckets if set(b) <= done]
+        done.add(name)
+        full_now = [b for b in buckets if set(b) <= done]
+        order += [b for b in full_now if b not in order]
+        assert len(full_before) <= count <= len(full_now), (
+            f"{what}: when the grad of {name} was ready, {len(full_before)} to {len(full_now)} all-reduces should have "
+            f"been launched (one per full bucket), but {count} were:\n{log}"
+        )
+    sizes = [e.numel for e in launched]
+    assert sizes == [sum(numels[n] for n in b) for b in order], (
+        f"{what}: all_reduce sizes {sizes} do not match the buckets in the order they filled: {order}"
+    )
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize("variant", variant_params(WRAPPERS))
+@pytest.mark.parametrize("model_name", ["deep", "tied"])
+def test_each_bucket_is_all_reduced_once_asynchronously_as_soon_as_it_is_full(world_size, variant, model_name):
+    batch = make_batches(model_name, world_size, 1)[0]
+    outs = run_ranks(world_size, overlap_rank, variant, model_name, None, batch)
+    model = build_model(model_name, 0, torch.float32)
+    mb = VARIANTS[variant][1]
+    buckets = expected_layout(model, 0.0 if mb is None else mb)
+    numels = {n: p.numel() for n, p in model.named_parameters()}
+    for rank, out in enumerate(outs):
+        assert_overlapped(out, buckets, numels, f"rank {rank}, {variant}, {model_name}")
