@@ -1,0 +1,313 @@
+"""Part 3: ZeRO stages 1 and 2, ``ShardedOptimizer`` (handouts/03-zero.md §3.1-3.2).
+
+    pytest tests/test_sharded_optimizer.py                  # your implementation
+    pytest tests/test_sharded_optimizer.py -m task3_2       # only stage 2
+
+Ranks train a small model with the sharded optimizer and send back parameters, grads, the bytes the
+optimizer object holds and the communication of ``step``; the parent replays the same steps in one
+process with the plain optimizer on the averaged grads (the oracle: "data parallel with a sharded
+optimizer is data parallel") and judges every step on every rank. FSDP (stage 3) is in
+tests/test_fsdp.py-style functions at the end of this file.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from cs336_systems.models import DeepMLP
+from cs336_systems.utils import random_batch
+from tests.harness import assert_ranks_close, run_ranks
+from tests.harness.recorder import CommRecorder, calls, format_events
+
+D_MODEL, D_FF, LAYERS, BATCH, STEPS = 16, 32, 3, 4, 4
+ADD_GROUP_AT = 2  # the head joins the optimizer (add_param_group) before this step
+OPTIMIZERS = {  # name -> (class, kwargs); each param group below overrides some of them
+    "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
+    "sgd_momentum": (torch.optim.SGD, {"lr": 5e-2, "momentum": 0.9}),
+}
+
+
+def make_model() -> DeepMLP:
+    torch.manual_seed(0)  # every rank and the oracle build the same weights
+    return DeepMLP(LAYERS, D_MODEL, D_FF)
+
+
+def param_groups(model: DeepMLP) -> tuple[list[dict], dict]:
+    """Two groups from the start (matrices with weight decay, vectors without, another lr) and the
+    head's group, added mid-training."""
+    body = [(n, p) for n, p in model.named_parameters() if not n.startswith(f"{LAYERS}.")]
+    matrices = {"params": [p for n, p in body if p.ndim == 2]}
+    vectors = {"params": [p for n, p in body if p.ndim < 2], "lr": 2e-2, "weight_decay": 0.0}
+    head = {"params": list(model[LAYERS].parameters()), "lr": 3e-2}
+    return [matrices, vectors], head
+
+
+def rank_batch(step: int, rank: int):
+    return random_batch(BATCH, D_MODEL, D_MODEL, seed=1000 * step + rank)
+
+
+def loss_of(model, x, y) -> torch.Tensor:
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+# -- rank functions ---------------------------------------------------------------------------------
+
+
+def train_rank(ctx, opt_name: str, stage: int):
+    """STEPS steps of data-parallel training; per step, every parameter and which grads survive."""
+    zero = ctx.load("sharded_optimizer")
+    model = make_model().to(ctx.device)
+    groups, head = param_groups(model)
+    cls, kwargs = OPTIMIZERS[opt_name]
+    opt = zero.ShardedOptimizer(groups, cls, shard_gradients=stage == 2, **kwargs)
+    history = []
+    for step in range(STEPS):
+        if step == ADD_GROUP_AT:
+            opt.add_param_group(head)
+        opt.zero_grad()
+        x, y = (t.to(ctx.device) for t in rank_batch(step, ctx.rank))
+        loss_of(model, x, y).backward()
+        if stage == 1:  # stage 1 takes averaged grads, as DDP would leave them
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad.div_(ctx.world_size)
+        opt.step()
+        owned = {id(p) for p in opt.owned_parameters()}
+        managed = {id(p) for g in opt.param_groups for p in g["params"]}
+        history.append(
+            {
+                "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+                "owned": sorted(n for n, p in model.named_parameters() if id(p) in owned),
+                "has_grad": sorted(
+                    n for n, p in model.named_parameters() if id(p) in managed and p.grad is not None
+                ),
+            }
+        )
+    return history
+
+
+def oracle_history(world_size: int, opt_name: str) -> list[dict[str, torch.Tensor]]:
+    """The plain optimizer on one process, stepping on the mean of the ranks' gradients."""
+    model = make_model()
+    groups, head = param_groups(model)
+    cls, kwargs = OPTIMIZERS[opt_name]
+    opt = cls(groups, **kwargs)
+    history = []
+    for step in range(STEPS):
+        if step == ADD_GROUP_AT:
+            opt.add_param_group(head)
+        grads = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+        for rank in range(world_size):
+            model.zero_grad()
+            loss_of(model, *rank_batch(step, rank)).backward()
+            for n, p in model.named_parameters():
+                grads[n] += p.grad / world_size
+        for n, p in model.named_parameters():
+            p.grad = grads[n]
+        opt.step()
+        history.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    return history
+
+
+# -- tests: equivalence ------------------------------------------------------------------------------
+
+
+@pytest.mark.task3_1
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+def test_stage1_matches_the_unsharded_optimizer_on_averaged_grads_on_every_rank(world_size, opt_name):
+    """Every step, every rank's parameters equal the plain optimizer's (two param groups, a third
+    added with add_param_group at step 2): owners update, then every rank receives the update."""
+    outs = run_ranks(world_size, train_rank, opt_name, 1)
+    for step, expected in enumerate(oracle_history(world_size, opt_name)):
+        for name, value in expected.items():
+            got = [o[step]["params"][name] for o in outs]
+            assert_ranks_close(got, value, what=f"stage 1, {opt_name}, after step {step}, {name}")
+
+
+@pytest.mark.task3_2
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+def test_stage2_averages_local_grads_itself_and_matches_the_unsharded_optimizer(world_size, opt_name):
+    """With shard_gradients=True the grads given to step are each rank's own: step must average
+    them (reduce-scatter, then divide by the world size) and still match the plain optimizer."""
+    outs = run_ranks(world_size, train_rank, opt_name, 2)
+    for step, expected in enumerate(oracle_history(world_size, opt_name)):
+        for name, value in expected.items():
+            got = [o[step]["params"][name] for o in outs]
+            assert_ranks_close(got, value, what=f"stage 2, {opt_name}, after step {step}, {name}")
+
+
+@pytest.mark.task3_2
+def test_stage2_keeps_only_the_owned_grads_after_step(world_size):
+    """After step a rank holds the grads of its own parameters and None for every other one of the
+    optimizer's parameters."""
+    outs = run_ranks(world_size, train_rank, "sgd_momentum", 2)
+    for rank, history in enumerate(outs):
+        for step, record in enumerate(history):
+            assert record["has_grad"] == record["owned"], (
+                f"rank {rank}, after step {step}: parameters with a grad {record['has_grad']} should be "
+                f"exactly the owned ones {record['owned']} (stage 2 frees the grads a rank does not own)"
+            )
+
+
+# -- tests: ownership, memory, communication --------------------------------------------------------
+
+SHAPE_SETS = {
+    "mixed": [(64, 32), (7,), (32,), (1,), (0,), (16, 16), (5, 3), (128,), (3, 3, 3), (2,)],
+    "equal": [(10, 10)] * 9,
+}
+
+
+def assignment_rank(ctx, shapes):
+    """Which parameter indices this rank owns, for two constructions (groups added in two steps)."""
+    zero = ctx.load("sharded_optimizer")
+    owned = []
+    for _ in range(2):
+        params = [torch.nn.Parameter(torch.zeros(s, device=ctx.device)) for s in shapes]
+        half = len(params) // 2
+        opt = zero.ShardedOptimizer(params[:half], torch.optim.SGD, lr=0.1)
+        opt.add_param_group({"params": params[half:], "lr": 0.2})
+        mine = {id(p) for p in opt.owned_parameters()}
+        owned.append([i for i, p in enumerate(params) if id(p) in mine])
+    return owned
+
+
+@pytest.mark.task3_1
+@pytest.mark.parametrize("shapes", list(SHAPE_SETS))
+def test_every_parameter_has_exactly_one_owner_and_ownership_is_balanced(world_size, shapes):
+    """The ranks agree (without talking) on one owner per parameter, the same every time; no rank
+    owns more than P/N + the largest parameter's numel."""
+    shapes = SHAPE_SETS[shapes]
+    outs = run_ranks(world_size, assignment_rank, shapes)
+    for rank, (first, second) in enumerate(outs):
+        assert first == second, f"rank {rank}: ownership changed between two identical constructions"
+    owners = {i: [r for r, o in enumerate(outs) if i in o[0]] for i in range(len(shapes))}
+    bad = {i: rs for i, rs in owners.items() if len(rs) != 1}
+    assert not bad, (
+        f"parameter index -> ranks owning it: {bad}; each must have exactly one owner. The assignment "
+        "must be computed identically on every rank (from sizes and order, not ids, hashes or random)"
+    )
+    numels = [torch.Size(s).numel() for s in shapes]
+    loads = [sum(numels[i] for i in o[0]) for o in outs]
+    limit = sum(numels) / world_size + max(numels)
+    assert max(loads) <= limit, f"numel owned per rank {loads}: the largest exceeds P/N + max numel = {limit}"
+
+
+def _storage_bytes(root, skip: set[int]) -> int:
+    """Bytes of the distinct tensor storages reachable from ``root`` through attributes, containers,
+    closures and ``.grad``, except storages whose data_ptr is in ``skip``. Measures what an object
+    really holds, whatever its attribute names (a view's whole storage counts)."""
+    import functools
+    import types
+
+    seen, storages, stack = set(), {}, [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, str, bytes, int, float)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            if storage.data_ptr() not in skip:
+                storages[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+                stack.append(obj.grad)
+        elif isinstance(obj, dict):
+            stack.extend([*obj.keys(), *obj.values()])
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, functools.partial):
+            stack.extend([obj.func, obj.args, obj.keywords])
+        elif isinstance(obj, types.FunctionType):
+            stack.extend(c.cell_contents for c in obj.__closure__ or () if c.cell_contents is not None)
+        elif isinstance(obj, types.MethodType):
+            stack.extend([obj.__func__, obj.__self__])
+        elif hasattr(obj, "__dict__"):
+            stack.append(vars(obj))
+    return sum(storages.values())
+
+
+def optimizer_memory_rank(ctx, opt_name: str, stage: int):
+    """Bytes held by the sharded optimizer and by the plain one after 2 steps (params, grads excluded)."""
+    zero = ctx.load("sharded_optimizer")
+    cls, kwargs = OPTIMIZERS[opt_name]
+    sharded_model, plain_model = make_model().to(ctx.device), make_model().to(ctx.device)
+    sharded = zero.ShardedOptimizer(sharded_model.parameters(), cls, shard_gradients=stage == 2, **kwargs)
+    plain = cls(plain_model.parameters(), **kwargs)
+    for step in range(2):
+        for model, opt in ((sharded_model, sharded), (plain_model, plain)):
+            opt.zero_grad()
+            loss_of(model, *(t.to(ctx.device) for t in rank_batch(step, ctx.rank))).backward()
+            opt.step()  # unaveraged grads: only the bytes matter here
+    params = [*sharded_model.parameters(), *plain_model.parameters()]
+    skip = {t.untyped_storage().data_ptr() for p in params for t in (p, p.grad) if t is not None}
+    per_param = max(_storage_bytes(plain.state[p], skip) for p in plain_model.parameters())
+    return _storage_bytes(sharded, skip), _storage_bytes(plain, skip), per_param
+
+
+@pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
+@pytest.mark.parametrize(
+    "stage", [pytest.param(1, marks=pytest.mark.task3_1), pytest.param(2, marks=pytest.mark.task3_2)]
+)
+def test_each_rank_holds_about_one_nth_of_the_optimizer_state(world_size, opt_name, stage):
+    """Measured, not assumed: the tensors reachable from the sharded optimizer (its state, any
+    buffers it keeps) take at most 1/N of the plain optimizer's bytes plus one parameter's state."""
+    outs = run_ranks(world_size, optimizer_memory_rank, opt_name, stage)
+    for rank, (sharded, plain, per_param) in enumerate(outs):
+        limit = plain / world_size + per_param + 64
+        assert sharded <= limit, (
+            f"rank {rank}, stage {stage}, {opt_name}: the optimizer holds {sharded} bytes of tensors; the "
+            f"unsharded optimizer holds {plain}, so at most {plain}/{world_size} + {per_param} (one parameter's "
+            "state) was expected. Build the inner optimizer over the owned parameters only"
+        )
+
+
+def step_comm_rank(ctx, stage: int):
+    """The communication of the second ``step`` (grads averaged beforehand for stage 1)."""
+    zero = ctx.load("sharded_optimizer")
+    model = make_model().to(ctx.device)
+    opt = zero.ShardedOptimizer(model.parameters(), torch.optim.AdamW, shard_gradients=stage == 2, lr=1e-2)
+    for step in range(2):
+        opt.zero_grad()
+        loss_of(model, *(t.to(ctx.device) for t in rank_batch(step, ctx.rank))).backward()
+        if stage == 1:
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad.div_(ctx.world_size)
+        with CommRecorder() as rec:
+            opt.step()
+    return rec.events
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize(
+    "stage", [pytest.param(1, marks=pytest.mark.task3_1), pytest.param(2, marks=pytest.mark.task3_2)]
+)
+def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world_size, stage):
+    """In step: no all-reduce; one all-gather (or broadcasts) moving each updated parameter once
+    (P elements, plus padding of at most one parameter per rank); stage 2 also reduce-scatters the
+    grads (P elements in), which with the all-gather costs exactly one all-reduce: no more than DDP."""
+    numels = [p.numel() for p in make_model().parameters()]
+    total, slack = sum(numels), world_size * max(numels)
+    for rank, events in enumerate(run_ranks(world_size, step_comm_rank, stage)):
+        ops = calls(events)
+        log = f"\nrank {rank}'s calls in step:\n{format_events(events)}"
+        assert not [e for e in ops if "all_reduce" in e.op or "allreduce" in e.op], f"step all-reduced{log}"
+        moved = sum(
+            e.numel * (world_size if "gather" in e.op else 1)
+            for e in ops
+            if "gather" in e.op or "broadcast" in e.op
+        )
+        assert total <= moved <= total + slack, (
+            f"rank {rank}, stage {stage}: the parameter all-gather/broadcasts in step moved {moved} elements; "
+            f"every updated parameter must reach every rank once ({total} elements, up to {total + slack} "
+            f"with padding){log}"
+        )
+        scattered = sum(e.numel for e in ops if "reduce_scatter" in e.op)
+        if stage == 1:
+            assert scattered == 0, f"rank {rank}: stage 1 gets averaged grads; step must not reduce them{log}"
+        else:
+            assert total <= scattered <= total + slack, (
+                f"rank {rank}, stage 2: step must average the grads with a reduce-scatter of all {total} grad "
+                f"elements (up to {total + slack} with padding); it reduce-scattered {scattered}{log}"
+            )
