@@ -165,3 +165,310 @@ def test_conjugate_function_stays_inside_its_group(world_size, name):
     gs = [_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs, groups)
     _check_conjugate(outs, name, xs, gs, groups)
+
+
+# -- Tasks 4.2 and 4.3: the two parallel linears, against a dense nn.Linear -------------------------
+
+
+def linear_rank(ctx, cls: str, state, x, g, option: bool):
+    """Shard a dense Linear with ``cls.from_dense``, run forward on this rank's input, backward with
+    this rank's upstream gradient. ``option`` is gather_output (column) or input_is_parallel (row)."""
+    TP = ctx.load("tensor_parallel")
+    out_features, in_features = state["weight"].shape
+    dense = nn.Linear(in_features, out_features, bias="bias" in state).to(DT)
+    dense.load_state_dict(state)
+    kwarg = "gather_output" if cls == "ColumnParallelLinear" else "input_is_parallel"
+    layer = getattr(TP, cls).from_dense(dense.to(ctx.device), **{kwarg: option})
+    x = x[ctx.rank].to(ctx.device).requires_grad_(True)
+    with CommRecorder() as rec:
+        y = layer(x)
+        y.backward(g[ctx.rank].to(ctx.device))
+    params = {n: p.detach() for n, p in layer.named_parameters()}
+    return {"y": y, "x_grad": x.grad, "params": params, "grads": _grads(layer), "events": rec.events}
+
+
+def _dense_run(dense: nn.Module, x: torch.Tensor, g: torch.Tensor):
+    """Dense forward and backward of sum(y * g): (y, x.grad, {name: grad})."""
+    x = x.clone().requires_grad_(True)
+    y = dense(x)
+    y.backward(g)
+    return y.detach(), x.grad, {n: p.grad for n, p in dense.named_parameters()}
+
+
+def _check_shards(out, dense_tensors: dict, shard_dims: dict, rank: int, world: int, what: str) -> None:
+    """Every shard equals the matching slice of the dense tensor (dim None = replicated, whole)."""
+    __tracebackhide__ = True
+    for name, dim in shard_dims.items():
+        want = dense_tensors[name] if dim is None else _chunk(dense_tensors[name], rank, world, dim)
+        assert_close(out[name], want, what=f"rank {rank}, {what} {name}")
+
+
+@pytest.mark.task4_2
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("gather_output", [False, True], ids=["sharded-output", "gather_output"])
+def test_column_parallel_linear_matches_the_dense_slice(world_size, gather_output, bias):
+    """Rank r's output is columns r of the dense output (or all of it, gathered); x.grad is the dense
+    x.grad on every rank (f all-reduced it); weight/bias grads are rows r of the dense grads."""
+    dense = _dense_linear(D, DFF, bias)
+    x, G = _rand(S, B, D, seed=1), _rand(S, B, DFF, seed=2)
+    y, x_grad, grads = _dense_run(dense, x, G)
+    gs = [G if gather_output else _chunk(G, r, world_size, -1) for r in range(world_size)]
+    outs = run_ranks(world_size, linear_rank, "ColumnParallelLinear", dense.state_dict(), [x] * world_size, gs,
+                     gather_output)  # fmt: skip
+    shard_dims = {"weight": 0, "bias": 0} if bias else {"weight": 0}
+    for r, out in enumerate(outs):
+        assert_close(out["y"], y if gather_output else _chunk(y, r, world_size, -1), what=f"rank {r}, output")
+        assert_close(out["x_grad"], x_grad, what=f"rank {r}, gradient of the input x")
+        _check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
+        _check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
+
+
+@pytest.mark.task4_3
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("input_is_parallel", [True, False], ids=["parallel-input", "replicated-input"])
+def test_row_parallel_linear_matches_dense_and_adds_the_bias_once(world_size, input_is_parallel, bias):
+    """The output is the full dense output on every rank (partial sums all-reduced, bias added once);
+    weight grads are columns r of the dense grad; the replicated bias gets the whole dense grad."""
+    dense = _dense_linear(DFF, D, bias)
+    x, G = _rand(S, B, DFF, seed=3), _rand(S, B, D, seed=4)
+    y, x_grad, grads = _dense_run(dense, x, G)
+    xs = [x if not input_is_parallel else _chunk(x, r, world_size, -1) for r in range(world_size)]
+    outs = run_ranks(world_size, linear_rank, "RowParallelLinear", dense.state_dict(), xs, [G] * world_size,
+                     input_is_parallel)  # fmt: skip
+    shard_dims = {"weight": 1, "bias": None} if bias else {"weight": 1}
+    for r, out in enumerate(outs):
+        assert_close(out["y"], y, what=f"rank {r}, output (the bias must be added once, after the sum)")
+        want_x_grad = x_grad if not input_is_parallel else _chunk(x_grad, r, world_size, -1)
+        assert_close(out["x_grad"], want_x_grad, what=f"rank {r}, gradient of the input x")
+        _check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
+        _check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
+
+
+def fresh_layers_rank(ctx):
+    """Layers built by their constructors (no dense module): shapes, initialization, replicated bias."""
+    TP = ctx.load("tensor_parallel")
+    col = TP.ColumnParallelLinear(64, 32 * ctx.world_size)
+    row = TP.RowParallelLinear(64 * ctx.world_size, 32)
+    mlp = TP.TensorParallelMLP(16, 64)
+    return {
+        "col": {n: p.detach() for n, p in col.named_parameters()},
+        "row": {n: p.detach() for n, p in row.named_parameters()},
+        "mlp": {n: tuple(p.shape) for n, p in mlp.named_parameters()},
+    }
+
+
+@pytest.mark.task4_2
+@pytest.mark.task4_3
+def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(world_size):
+    """Column: weight (out/T, in); Row: weight (out, in/T) and bias (out,), identical on every rank.
+    Weights follow nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) with the *full* in_features as fan-in."""
+    outs = run_ranks(world_size, fresh_layers_rank)
+    for r, out in enumerate(outs):
+        col, row = out["col"], out["row"]
+        assert tuple(col["weight"].shape) == (32, 64), f"rank {r}: column weight shard {tuple(col['weight'].shape)}"
+        assert tuple(col["bias"].shape) == (32,), f"rank {r}: column bias shard {tuple(col['bias'].shape)}"
+        assert tuple(row["weight"].shape) == (32, 64), f"rank {r}: row weight shard {tuple(row['weight'].shape)}"
+        assert tuple(row["bias"].shape) == (32,), f"rank {r}: the row bias is whole, got {tuple(row['bias'].shape)}"
+        for name, w, fan_in in (("column", col["weight"], 64), ("row", row["weight"], 64 * world_size)):
+            bound = fan_in**-0.5
+            assert w.abs().max() <= bound, (
+                f"rank {r}: {name} weight has |w| up to {w.abs().max():.4f} > 1/sqrt({fan_in}) = {bound:.4f}: "
+                "initialize with the full layer's fan-in, as nn.Linear would"
+            )
+            assert w.abs().max() > 0.8 * bound and w.std() > 0.4 * bound, (
+                f"rank {r}: {name} weight is too small for U(-1/sqrt({fan_in}), 1/sqrt({fan_in}))"
+            )
+        assert_close(row["bias"], outs[0]["row"]["bias"], what=f"rank {r}, row bias (replicated: same on all ranks)")
+
+
+# -- Task 4.4: the tensor-parallel MLP; Task 4.5: with sequence parallelism ------------------------
+
+
+def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True):
+    """One forward and backward of the TP MLP; forward and backward communication recorded apart."""
+    TP = ctx.load("tensor_parallel")
+    dense = MLP(D, DFF, bias=bias).to(DT)
+    dense.load_state_dict(state)
+    mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), sequence_parallel=sequence_parallel)
+    x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
+    with CommRecorder() as fwd:
+        y = mlp(x)
+    with CommRecorder() as bwd:
+        y.backward(gs[ctx.rank].to(ctx.device))
+    shapes = {n: tuple(p.shape) for n, p in mlp.named_parameters()}
+    return {"y": y, "x_grad": x.grad, "grads": _grads(mlp), "shapes": shapes, "fwd": fwd.events, "bwd": bwd.events}
+
+
+MLP_SHARDS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1, "fc2.bias": None}
+
+
+def _run_mlp(world_size: int, sequence_parallel: bool, bias: bool = True):
+    """(rank outputs, dense y, dense x.grad, dense grads); with SP rank r gets rows r of x and G."""
+    dense = _dense_mlp(bias=bias)
+    x, G = _rand(S, B, D, seed=5), _rand(S, B, D, seed=6)
+    y, x_grad, grads = _dense_run(dense, x, G)
+    local = (lambda t, r: _chunk(t, r, world_size, 0)) if sequence_parallel else (lambda t, r: t)
+    xs, gs = [local(x, r) for r in range(world_size)], [local(G, r) for r in range(world_size)]
+    outs = run_ranks(world_size, mlp_rank, dense.state_dict(), xs, gs, sequence_parallel, bias)
+    return outs, local, y, x_grad, grads
+
+
+@pytest.mark.task4_4
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_tp_mlp_matches_the_dense_mlp_outputs_and_gradients(world_size, bias):
+    """Output and x.grad equal the dense MLP's on every rank; each shard's grad is its dense slice."""
+    outs, _, y, x_grad, grads = _run_mlp(world_size, False, bias)
+    shards = {n: d for n, d in MLP_SHARDS.items() if bias or "bias" not in n}
+    for r, out in enumerate(outs):
+        assert_close(out["y"], y, what=f"rank {r}, TP MLP output")
+        assert_close(out["x_grad"], x_grad, what=f"rank {r}, gradient of the input x")
+        _check_shards(out["grads"], grads, shards, r, world_size, "gradient of")
+
+
+@pytest.mark.task4_5
+def test_sequence_parallel_mlp_matches_the_dense_rows(world_size):
+    """With SP rank r holds rows r of x (dim 0, the sequence): its output and x.grad are rows r of the
+    dense ones, and every parameter's grad (the replicated fc2.bias too) equals its dense slice."""
+    outs, local, y, x_grad, grads = _run_mlp(world_size, True)
+    for r, out in enumerate(outs):
+        assert_close(out["y"], local(y, r), what=f"rank {r}, sequence-parallel output (rows {r} of {world_size})")
+        assert_close(out["x_grad"], local(x_grad, r), what=f"rank {r}, gradient of this rank's rows of x")
+        _check_shards(out["grads"], grads, MLP_SHARDS, r, world_size, "gradient of")
+
+
+def _check_comm(outs, expected_fwd, expected_bwd, activation_numel: int, what: str) -> None:
+    """Exactly the expected collectives in each pass, each moving one activation-sized tensor."""
+    __tracebackhide__ = True
+    for r, out in enumerate(outs):
+        for direction, events, expected in (("forward", out["fwd"], expected_fwd),
+                                            ("backward", out["bwd"], expected_bwd)):  # fmt: skip
+            got = kinds(events)
+            assert got == expected, (
+                f"rank {r}, {what}: the {direction} pass should make exactly {expected}, made {got}:\n"
+                f"{format_events(events)}"
+            )
+            for e in calls(events):
+                assert e.numel == activation_numel[kind(e)], (
+                    f"rank {r}, {what}, {direction}: {e.op} moved {e.numel} elements, expected "
+                    f"{activation_numel[kind(e)]} (one activation of shape (s, b, d_model))"
+                )
+
+
+@pytest.mark.task4_4
+@pytest.mark.world_sizes(2, 4)
+def test_tp_mlp_makes_one_all_reduce_per_pass_and_stores_1_over_t_of_the_weights(world_size):
+    """Forward: one all-reduce of (s, b, d_model) (g after fc2); backward: one (f before fc1).
+    Each rank stores 1/T of fc1.weight and fc2.weight; fc2.bias is replicated."""
+    outs, *_ = _run_mlp(world_size, False)
+    _check_comm(outs, ["all_reduce"], ["all_reduce"], {"all_reduce": S * B * D}, "TP MLP")
+    want = {"fc1.weight": (DFF // world_size, D), "fc1.bias": (DFF // world_size,),
+            "fc2.weight": (D, DFF // world_size), "fc2.bias": (D,)}  # fmt: skip
+    for r, out in enumerate(outs):
+        assert out["shapes"] == want, f"rank {r}: parameter shapes {out['shapes']}, expected {want}"
+
+
+@pytest.mark.task4_5
+@pytest.mark.world_sizes(2, 4)
+def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_scatter(world_size):
+    """Forward: all-gather of x's rows (s/T, b, d) then reduce-scatter of (s, b, d); backward: the
+    same two (the reduce-scatter's backward all-gathers, the all-gather's reduce-scatters). No all-reduce."""
+    outs, *_ = _run_mlp(world_size, True)
+    sizes = {"all_gather": S * B * D // world_size, "reduce_scatter": S * B * D}
+    _check_comm(outs, ["all_gather", "reduce_scatter"], ["all_gather", "reduce_scatter"], sizes, "SP MLP")
+
+
+def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
+    """A few SGD-with-momentum steps on the MSE loss; returns every step's loss and parameters."""
+    TP = ctx.load("tensor_parallel")
+    dense = MLP(D, DFF).to(DT)
+    dense.load_state_dict(state)
+    mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), sequence_parallel=sequence_parallel)
+    opt = torch.optim.SGD(mlp.parameters(), lr=lr, momentum=0.9)
+    history = []
+    for x, target in batches:
+        x, target = x.to(ctx.device), target.to(ctx.device)
+        if sequence_parallel:  # this rank's rows; the local sums add up to the dense mean over all rows
+            x, target = _chunk(x, ctx.rank, ctx.world_size, 0), _chunk(target, ctx.rank, ctx.world_size, 0)
+        loss = ((mlp(x) - target) ** 2).sum() / (S * B * D)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append({"loss": loss.detach(), "params": {n: p.detach().clone() for n, p in mlp.named_parameters()}})
+    return history
+
+
+@pytest.mark.task4_4
+@pytest.mark.task4_5
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, sequence_parallel):
+    """After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
+    on the same batches in one process (so any wrong gradient scale shows up at step 1)."""
+    dense = _dense_mlp(seed=7)
+    state = {k: v.clone() for k, v in dense.state_dict().items()}
+    batches = [(_rand(S, B, D, seed=30 + i), _rand(S, B, D, seed=40 + i)) for i in range(3)]
+    history = run_ranks(world_size, training_rank, state, batches, sequence_parallel, 0.5)
+    opt = torch.optim.SGD(dense.parameters(), lr=0.5, momentum=0.9)
+    for step, (x, target) in enumerate(batches):
+        loss = ((dense(x) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        params = dict(dense.named_parameters())
+        if sequence_parallel:  # each rank's loss covers its own rows: the ranks' losses add up
+            total = torch.stack([history[r][step]["loss"] for r in range(world_size)]).sum()
+            assert_close(total, loss.detach(), what=f"step {step}, sum of the ranks' losses")
+        for r in range(world_size):
+            got = history[r][step]
+            if not sequence_parallel:
+                assert_close(got["loss"], loss.detach(), what=f"rank {r}, step {step}, loss")
+            _check_shards(got["params"], params, MLP_SHARDS, r, world_size, f"step {step}, parameter")
+
+
+# -- bad input: a clear error on every rank, before any communication ------------------------------
+
+
+def bad_input_rank(ctx, case: str):
+    TP = ctx.load("tensor_parallel")
+    T = ctx.world_size
+    cases = {
+        "column out_features not divisible": lambda: TP.ColumnParallelLinear(8, 4 * T + 1),
+        "row in_features not divisible": lambda: TP.RowParallelLinear(4 * T + 1, 8),
+        "mlp d_ff not divisible": lambda: TP.TensorParallelMLP(8, 4 * T + 1),
+        "column from_dense of an MLP": lambda: TP.ColumnParallelLinear.from_dense(MLP(4, 4 * T)),
+        "mlp from_dense of a Linear": lambda: TP.TensorParallelMLP.from_dense(nn.Linear(4, 4 * T)),
+        "scatter last dim not divisible": lambda: TP.scatter_to_tp_region(torch.ones(2, 4 * T + 1)),
+        "reduce_scatter dim 0 not divisible": lambda: TP.reduce_scatter_to_sp_region(torch.ones(4 * T + 1, 2)),
+        "copy of a list": lambda: TP.copy_to_tp_region([1.0, 2.0]),
+    }
+    with CommRecorder() as rec:
+        try:
+            cases[case]()
+            error = None
+        except (ValueError, TypeError) as exc:
+            error = (type(exc).__name__, str(exc))
+    return error, rec.events
+
+
+BAD_INPUT = {
+    # case: (task marker, expected exception, a word the message must contain: the argument's name)
+    "column out_features not divisible": (pytest.mark.task4_2, "ValueError", "out_features"),
+    "row in_features not divisible": (pytest.mark.task4_3, "ValueError", "in_features"),
+    "mlp d_ff not divisible": (pytest.mark.task4_4, "ValueError", "d_ff"),
+    "column from_dense of an MLP": (pytest.mark.task4_2, "TypeError", "dense"),
+    "mlp from_dense of a Linear": (pytest.mark.task4_4, "TypeError", "dense"),
+    "scatter last dim not divisible": (pytest.mark.task4_1, "ValueError", "x.shape[-1]"),
+    "reduce_scatter dim 0 not divisible": (pytest.mark.task4_1, "ValueError", "x.shape[0]"),
+    "copy of a list": (pytest.mark.task4_1, "TypeError", "x must"),
+}
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=m, id=c.replace(" ", "-")) for c, (m, *_) in BAD_INPUT.items()])
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    _, exc_type, must_name = BAD_INPUT[case]
+    outs = run_ranks(world_size, bad_input_rank, case, deadline=15)
+    for rank, (error, events) in enumerate(outs):
+        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
+        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
+        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
+        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
