@@ -338,10 +338,6 @@ class ColumnParallelLinear(nn.Module):
             layer.bias = _shard(dense.bias, 0, group)
         return layer
 
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features} "
-                f"(shard {tuple(self.weight.shape)}), gather_output={self.gather_output}")  # fmt: skip
-
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 4.3: RowParallelLinear
@@ -393,10 +389,6 @@ class RowParallelLinear(nn.Module):
         if dense.bias is not None:
             layer.bias = nn.Parameter(dense.bias.detach().clone())
         return layer
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features} "
-                f"(shard {tuple(self.weight.shape)}), input_is_parallel={self.input_is_parallel}")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
