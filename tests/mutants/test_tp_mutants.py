@@ -1,0 +1,40 @@
+"""Part 4's suite catches realistic tensor-parallel bugs, each quickly and with a message that teaches.
+
+    pytest tests/mutants/test_tp_mutants.py -v        # staff only
+
+Each mutant is the reference with one edit (tests/mutants/tp_*/tensor_parallel.py); the selected slice
+of tests/test_tensor_parallel.py must fail on it at world size 2 and show the text given here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.mutants.runner import assert_mutant_killed
+
+pytestmark = pytest.mark.staff
+
+SUITE = "tests/test_tensor_parallel.py"
+
+# mutant package -> (-k selection, text the failure output must contain)
+MUTANTS = {
+    "tp_column_split_by_input": ("column_parallel and sharded-output and no-bias", "cannot be multiplied"),
+    "tp_row_bias_every_rank": ("row_parallel and parallel-input and not no-bias", "the bias must be added once"),
+    "tp_no_backward_all_reduce": ("conjugate and forward_backward and copy_to", "backward: gradient of x"),
+    "tp_all_reduce_both_ways": ("conjugate and forward_backward and reduce_from", "backward: gradient of x"),
+    "tp_average_not_sum": ("tp_mlp_matches and not no-bias", "TP MLP output"),
+    "tp_sp_bias_unscaled": ("sequence_parallel_mlp_matches", "sequence-parallel output"),
+    "tp_row_init_shard_fan_in": ("fresh_layers", "initialize with the full layer's fan-in"),
+    "tp_scatter_wrong_dim": ("conjugate and forward_backward and scatter_to", "forward output: shape"),
+    "tp_sp_all_reduce": ("swaps_each_all_reduce", "should make exactly ['all_gather', 'reduce_scatter']"),
+    "tp_mlp_extra_gather": ("one_all_reduce_per_pass", "should make exactly ['all_reduce']"),
+    "tp_no_validation": ("bad_input and column-out_features", "expected ValueError, but the call returned"),
+}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_the_suite_kills_the_mutant(mutant):
+    selection, expect = MUTANTS[mutant]
+    run = assert_mutant_killed(f"tests.mutants.{mutant}", SUITE, "-k", selection, world_sizes="2", expect=expect,
+                               deadline=10, within=30)  # fmt: skip
+    assert "rank " in run.output  # failures name the rank

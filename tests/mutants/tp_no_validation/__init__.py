@@ -1,0 +1,1 @@
+"""Mutant tp_no_validation: see tensor_parallel.py."""
