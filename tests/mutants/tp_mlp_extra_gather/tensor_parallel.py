@@ -2,5 +2,10 @@
 
 from tests.mutants.mutate import mutate
 
-mutate(globals(), "reference_solutions.tensor_parallel", "return self.fc2(self.act(self.fc1(x)))",
-       "return self.fc2(scatter_to_tp_region(gather_from_tp_region(self.act(self.fc1(x)), self.group), self.group))")  # fmt: skip
+mutate(
+    globals(),
+    "reference_solutions.tensor_parallel",
+    "return self.fc2(self.act(self.fc1(x)))",
+    "h = gather_from_tp_region(self.act(self.fc1(x)), self.group)\n"
+    "            return self.fc2(scatter_to_tp_region(h, self.group))",
+)
