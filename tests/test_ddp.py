@@ -13,6 +13,8 @@ Behaviour (when and how much is communicated) is judged from the recorder's log 
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -120,11 +122,12 @@ def make_batches(name: str, world_size: int, steps: int):
     return out
 
 
-def train(net, model, sync, batches, opt_name: str, set_to_none: bool = True, shard=None) -> list[dict]:
-    """The training loop of both the ranks and the oracle; returns every step's grads and parameters."""
+def train(net, model, sync, batches, opt_name: str, set_to_none=True, shard=None, history=None) -> list[dict]:
+    """The training loop of both the ranks and the oracle; appends every step's grads and parameters to
+    ``history`` (so a rank that fails mid-run still reports the steps it completed)."""
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.1) if opt_name == "sgd" else torch.optim.AdamW(params, lr=0.01)
-    history = []
+    history = [] if history is None else history
     for x, y, kwargs in batches:
         if shard is not None:
             x, y = x[shard], y[shard]
@@ -144,7 +147,12 @@ def train_rank(ctx, variant, model_name, state, batches, opt_name, set_to_none=T
     net, sync = wrap(ctx.load("ddp"), variant, model)
     mine = slice(ctx.rank * PER_RANK_BATCH, (ctx.rank + 1) * PER_RANK_BATCH)
     batches = [(x.to(ctx.device), y.to(ctx.device), k) for x, y, k in batches]
-    return train(net, model, sync, batches, opt_name, set_to_none, shard=mine)
+    history: list[dict] = []
+    try:
+        train(net, model, sync, batches, opt_name, set_to_none, shard=mine, history=history)
+    except Exception:  # judged after the completed steps, which usually say more about the bug
+        return history, traceback.format_exc()
+    return history, None
 
 
 def _diagnose(got: torch.Tensor, want: torch.Tensor, world_size: int) -> str:
@@ -156,7 +164,9 @@ def _diagnose(got: torch.Tensor, want: torch.Tensor, world_size: int) -> str:
     return ""
 
 
-def assert_matches_oracle(outs: list[list[dict]], oracle: list[dict], world_size: int, what: str, loose=False) -> None:
+def assert_matches_oracle(
+    outs: list[tuple[list[dict], str | None]], oracle: list[dict], world_size: int, what: str, loose=False
+) -> None:
     """Every rank, every step: grads and parameters equal the one-process run (bitwise at world size 1 on
     CPU, where the oracle does the same arithmetic) and bitwise equal to rank 0's."""
     __tracebackhide__ = True
@@ -164,18 +174,21 @@ def assert_matches_oracle(outs: list[list[dict]], oracle: list[dict], world_size
     if loose and not tol:  # float32 rounding upstream reaches the float64 layer's grads
         tol = dict(zip(("rtol", "atol"), tolerance(torch.float32)))
     for step, want in enumerate(oracle):
-        for rank, history in enumerate(outs):
+        for rank, (history, error) in enumerate(outs):
+            if step == len(history):
+                raise AssertionError(f"rank {rank}, step {step} ({what}) raised:\n{error}")
             got = history[step]
             for kind in ("grads", "params"):
                 for name, w in want[kind].items():
                     g = got[kind][name]
                     where = f"rank {rank}, step {step}, {name}{'.grad' if kind == 'grads' else ''} ({what})"
                     if w is None or g is None:
-                        assert g is None and w is None, f"{where}: expected grad {w}, got {g}"
+                        describe = lambda t: "None" if t is None else "a tensor"
+                        assert g is None and w is None, f"{where}: expected grad {describe(w)}, got {describe(g)}"
                         continue
                     try:
                         assert_close(g, w, what=where, **tol)
-                        assert_close(g, outs[0][step][kind][name], what=f"{where} vs rank 0", rtol=0, atol=0)
+                        assert_close(g, outs[0][0][step][kind][name], what=f"{where} vs rank 0", rtol=0, atol=0)
                     except AssertionError as exc:
                         hint = _diagnose(g, w, world_size) if kind == "grads" else ""
                         raise AssertionError(str(exc) + hint) from None

@@ -1,0 +1,1 @@
+"""Mutant: the bucket being filled when the loop ends is never appended (first parameters unsynced)."""

@@ -1,0 +1,1 @@
+"""Mutant: DDPBucketed only marks grads ready during backward and launches every bucket in finish."""

@@ -1,0 +1,1 @@
+"""Mutant: DDPBucketed accepts a negative bucket size (it silently acts like 0)."""

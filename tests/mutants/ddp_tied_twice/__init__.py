@@ -1,0 +1,1 @@
+"""Mutant: hooks registered per name (named_parameters(remove_duplicate=False)): a tied weight is reduced twice."""
