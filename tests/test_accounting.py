@@ -160,9 +160,7 @@ def test_zero_memory_matches_its_definition_on_random_models(cases):
 
 @pytest.mark.task6_2
 @EXAMPLES
-@given(
-    st.lists(st.tuples(counts, world, st.integers(1, 64), st.integers(1, 512), st.integers(1, 8)), min_size=1)
-)
+@given(batches(counts, world, st.integers(1, 64), st.integers(1, 512), st.integers(1, 8)))
 def test_ring_bytes_and_bubbles_match_their_definitions_on_random_inputs(cases):
     """2(N-1)/N * M bytes per rank; bubble (p-1)/(v*m + p-1), which falls as m or v grow."""
     calls = []
@@ -182,9 +180,7 @@ def test_ring_bytes_and_bubbles_match_their_definitions_on_random_inputs(cases):
 
 @pytest.mark.task6_3
 @EXAMPLES
-@given(
-    st.lists(st.tuples(st.floats(0, 1e13), st.floats(0, 1e13), st.floats(1e9, 1e16)), min_size=1, max_size=10)
-)
+@given(batches(st.floats(0, 1e13), st.floats(0, 1e13), st.floats(1e9, 1e16)))
 def test_flops_and_mfu_match_their_definitions_on_random_inputs(cases):
     """training_flops = 6ND; mfu = 6 N tokens_per_second / peak."""
     calls = [c for n, d, peak in cases for c in (call("training_flops", n, d), call("mfu", d, n, peak))]
