@@ -1,0 +1,287 @@
+"""Pipeline parallelism: the layers are cut into contiguous stages, one per rank, and a batch is
+cut into microbatches that flow forward through the stages and back (handouts/05-pipeline.md).
+
+    stage 0 --activations--> stage 1 --activations--> ... --> stage p-1 (loss)
+            <--input grads--         <--input grads--     <--
+
+Three pieces, in the order of the handout:
+    split_into_stages       which layers each rank owns
+    gpipe_schedule, ...     in which order a stage runs its forwards (F) and backwards (B)
+    PipelineStage           runs one stage's schedule with neighbour-only send/recv
+
+Every stage is busy for m microbatch times and idle for the (p - 1) it waits while the pipeline
+fills and drains: the bubble, (p - 1) / (m + p - 1) of a step (Huang et al. 2019, GPipe). 1F1B
+(Narayanan et al. 2019, PipeDream-Flush) has the same bubble but starts backwards early, so stage s
+holds at most min(p - s, m) microbatches' activations instead of m.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = ["split_into_stages", "Action", "gpipe_schedule", "one_f_one_b_schedule", "PipelineStage"]
+
+# Shape header sent ahead of the first activation of a step: [dtype code, ndim, *shape, 0...].
+_MAX_DIMS = 8
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32]
+
+
+def _count(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.1: splitting a model into stages
+# ---------------------------------------------------------------------------------------------
+
+
+def split_into_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequential]:
+    """Cut ``model`` into ``num_stages`` contiguous ``nn.Sequential`` stages.
+
+    Stage s gets layers ``start_s .. end_s - 1`` of ``model``: the stages cover every layer once, in
+    order. Layer counts differ by at most one and the earlier stages take the extra layers: 6 layers
+    over 4 stages -> 2, 2, 1, 1. Stages share the layer objects with ``model`` (no copies) and keep
+    their names (stage 1 above holds layers "2" and "3", so parameter names match the model's).
+
+    Raises ``TypeError`` if ``model`` is not an ``nn.Sequential`` or ``num_stages`` not an int, and
+    ``ValueError`` if ``num_stages < 1`` or the model has fewer layers than stages.
+    """
+    if not isinstance(model, nn.Sequential):
+        raise TypeError(f"model must be a torch.nn.Sequential, got {type(model).__name__}")
+    num_stages = _count(num_stages, "num_stages", 1)
+    if len(model) < num_stages:
+        raise ValueError(f"model has {len(model)} layers, fewer than num_stages ({num_stages}): a stage would be empty")
+    base, extra = divmod(len(model), num_stages)
+    layers = list(model.named_children())
+    stages, start = [], 0
+    for s in range(num_stages):
+        end = start + base + (1 if s < extra else 0)
+        # Not ``model[start:end]``: that calls ``type(model)(...)``, which breaks for subclasses such
+        # as DeepMLP whose constructor takes other arguments.
+        stages.append(nn.Sequential(OrderedDict(layers[start:end])))
+        start = end
+    return stages
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.2: schedules
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of a stage's schedule: ``kind`` "F" (forward) or "B" (backward) of ``microbatch``."""
+
+    kind: str
+    microbatch: int
+
+
+def _check_schedule_args(num_stages, num_microbatches, stage) -> None:
+    _count(num_stages, "num_stages", 1)
+    _count(num_microbatches, "num_microbatches", 1)
+    _count(stage, "stage", 0)
+    if stage >= num_stages:
+        raise ValueError(f"stage must be in [0, num_stages) = [0, {num_stages}), got {stage}")
+
+
+def gpipe_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
+    """GPipe's order for ``stage``: all forwards, then all backwards.
+
+    ``[F0, F1, ..., F(m-1), B0, B1, ..., B(m-1)]`` on every stage (the same list for every
+    ``stage``); the stage holds all m microbatches' activations at the turn. Pure function.
+
+    Raises ``TypeError`` for a non-int argument and ``ValueError`` unless ``num_stages >= 1``,
+    ``num_microbatches >= 1`` and ``0 <= stage < num_stages``.
+    """
+    _check_schedule_args(num_stages, num_microbatches, stage)
+    m = num_microbatches
+    return [Action("F", i) for i in range(m)] + [Action("B", i) for i in range(m)]
+
+
+def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
+    """1F1B (PipeDream-Flush) order for ``stage``: warm-up forwards, alternate, cool-down backwards.
+
+    With p = ``num_stages``, m = ``num_microbatches`` and w = ``min(p - stage - 1, m)``:
+    warm-up ``F0 .. F(w-1)``; then steady state ``F(w) B0 F(w+1) B1 ...`` until every forward has
+    run; then cool-down, the remaining backwards in order. Stage 0 of p=4, m=8:
+    ``F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7``. The last stage runs ``F0 B0 F1 B1 ...``.
+    At most ``min(p - stage, m)`` microbatches are between their F and their B at once. Pure function.
+
+    Raises as ``gpipe_schedule``.
+    """
+    _check_schedule_args(num_stages, num_microbatches, stage)
+    m = num_microbatches
+    warmup = min(num_stages - stage - 1, m)
+    actions = [Action("F", i) for i in range(warmup)]
+    for i in range(m - warmup):  # steady state: one forward in, one backward out
+        actions += [Action("F", warmup + i), Action("B", i)]
+    actions += [Action("B", i) for i in range(m - warmup, m)]  # cool-down
+    return actions
+
+
+_SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.3: a pipeline stage
+# ---------------------------------------------------------------------------------------------
+
+
+class PipelineStage:
+    """One rank's stage of a pipeline over ``group`` (stage s is group rank s).
+
+    ``module`` holds this stage's layers (e.g. ``split_into_stages(model, p)[stage]``), ``loss_fn``
+    (``loss_fn(output, target) -> scalar``, a mean over the microbatch such as ``nn.MSELoss()``)
+    is applied on the last stage only. Stage s receives activations from group rank s - 1 and
+    input gradients from group rank s + 1, and sends to them; nothing else communicates.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        stage: int,
+        num_stages: int,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        """Check the arguments (on every rank, before any communication) and remember the neighbours.
+
+        Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or ``loss_fn`` not callable, and
+        ``ValueError`` unless ``num_stages`` equals the group size and ``stage`` is this rank's
+        rank in ``group``. ``.timeline`` and ``.peak_activations`` start empty / 0.
+        """
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if not callable(loss_fn):
+            raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+        num_stages = _count(num_stages, "num_stages", 1)
+        stage = _count(stage, "stage", 0)
+        if num_stages != dist.get_world_size(group):
+            raise ValueError(f"num_stages ({num_stages}) must equal the group size ({dist.get_world_size(group)})")
+        if stage != dist.get_rank(group):
+            raise ValueError(f"stage ({stage}) must be this rank's rank in the group ({dist.get_rank(group)})")
+        self.module, self.stage, self.num_stages, self.loss_fn, self.group = module, stage, num_stages, loss_fn, group
+        ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+        # Global ranks, which is what send/recv take, even when the pipeline lives in a subgroup.
+        self.prev_rank = ranks[stage - 1] if stage > 0 else None
+        self.next_rank = ranks[stage + 1] if stage < num_stages - 1 else None
+        self.timeline: list[tuple[Action, float, float]] = []
+        self.peak_activations = 0
+
+    def train_step(
+        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, num_microbatches: int, schedule: str = "1f1b"
+    ) -> float | None:
+        """Run forward and backward of one batch through the pipeline; accumulate ``.grad``.
+
+        ``inputs`` (batch, ...) is used on stage 0 and ``targets`` (batch, ...) on the last stage;
+        other stages may pass ``None`` (a tensor given anywhere is checked). Both are split on dim 0
+        into ``num_microbatches`` equal microbatches, run in the order of ``schedule`` ("1f1b" or
+        "gpipe"). Microbatch losses are divided by ``num_microbatches``, so ``.grad`` receives
+        exactly the gradients of the full-batch mean loss (added to what ``.grad`` held, as
+        ``backward`` does; the caller zeroes and steps). Activation shapes and dtypes are sent
+        ahead of the data, never given by the caller.
+
+        Returns the full-batch mean loss on the last stage, ``None`` elsewhere. Afterwards
+        ``.timeline`` is ``[(action, t_start, t_end), ...]`` in execution order (``time.perf_counter``
+        seconds; t_start once the action's input has arrived, t_end once its output is sent) and
+        ``.peak_activations`` the most microbatches that were between their F and B at once.
+
+        Raises ``ValueError`` for an unknown ``schedule``, ``num_microbatches < 1``, or a batch that
+        is smaller than or not divisible by ``num_microbatches``; ``TypeError`` for a missing
+        ``inputs`` on stage 0 / ``targets`` on the last stage. All before any communication.
+        """
+        if schedule not in _SCHEDULES:
+            raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {schedule!r}")
+        m = _count(num_microbatches, "num_microbatches", 1)
+        first, last = self.stage == 0, self.stage == self.num_stages - 1
+        for name, tensor, needed in [("inputs", inputs, first), ("targets", targets, last)]:
+            if tensor is None and not needed:
+                continue
+            if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
+                raise TypeError(f"{name} must be a tensor with a batch dimension on this stage, got {tensor!r:.80}")
+            if tensor.shape[0] < m or tensor.shape[0] % m:
+                raise ValueError(
+                    f"{name} batch size ({tensor.shape[0]}) must be a positive multiple of num_microbatches ({m})"
+                )
+        x_mb = inputs.chunk(m) if first else None  # m x (batch/m, ...)
+        y_mb = targets.chunk(m) if last else None
+        device = inputs.device if first else next(self.module.parameters(), torch.empty(0)).device
+
+        stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # microbatch -> (stage input, output)
+        sends: list[dist.Work] = []  # isends in flight: a stage blocks only on what it receives
+        recv_shape = None
+        total_loss = torch.zeros((), dtype=torch.float64)
+        self.timeline, self.peak_activations = [], 0
+        for action in _SCHEDULES[schedule](self.num_stages, m, self.stage):
+            i = action.microbatch
+            if action.kind == "F":
+                if first:
+                    x = x_mb[i]
+                else:
+                    if recv_shape is None:
+                        recv_shape = self._recv_header(device)
+                    x = torch.empty(recv_shape[0], dtype=recv_shape[1], device=device)
+                    dist.recv(x, src=self.prev_rank, group=self.group)
+                    x.requires_grad_(x.is_floating_point())
+                t_start = time.perf_counter()
+                out = self.module(x)
+                if last:
+                    loss = self.loss_fn(out, y_mb[i]) / m  # mean of microbatch means = full-batch mean
+                    total_loss += loss.detach().double().cpu()
+                    out = loss
+                else:
+                    if i == 0:
+                        sends += self._send_header(out)
+                    sends.append(dist.isend(out.detach().contiguous(), dst=self.next_rank, group=self.group))
+                stash[i] = (x, out)
+                self.peak_activations = max(self.peak_activations, len(stash))
+            else:
+                x, out = stash.pop(i)  # released after this backward: that is what 1F1B saves
+                if last:
+                    t_start = time.perf_counter()
+                    out.backward()
+                else:
+                    grad = torch.empty_like(out)
+                    dist.recv(grad, src=self.next_rank, group=self.group)
+                    t_start = time.perf_counter()
+                    out.backward(grad)
+                if not first and x.grad is not None:
+                    sends.append(dist.isend(x.grad.contiguous(), dst=self.prev_rank, group=self.group))
+                del x, out
+            sends = [w for w in sends if not w.is_completed()]  # let finished sends free their buffers
+            self._record(action, t_start, device)
+        for work in sends:
+            work.wait()
+        return float(total_loss) if last else None
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _record(self, action: Action, t_start: float, device: torch.device) -> None:
+        if device.type == "cuda":  # kernels are asynchronous: wait so the timeline shows real work
+            torch.cuda.synchronize(device)
+        self.timeline.append((action, t_start, time.perf_counter()))
+
+    def _send_header(self, out: torch.Tensor) -> list[dist.Work]:
+        if out.dim() > _MAX_DIMS or out.dtype not in _DTYPES:
+            raise ValueError(f"stage {self.stage} output must have <= {_MAX_DIMS} dims and a dtype in {_DTYPES}")
+        header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
+        header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
+        header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64)
+        return [dist.isend(header, dst=self.next_rank, group=self.group)]
+
+    def _recv_header(self, device: torch.device) -> tuple[tuple[int, ...], torch.dtype]:
+        header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)
+        dist.recv(header, src=self.prev_rank, group=self.group)
+        dtype_code, ndim, *dims = header.tolist()
+        return tuple(dims[:ndim]), _DTYPES[dtype_code]

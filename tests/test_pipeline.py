@@ -1,0 +1,474 @@
+"""Part 5: pipeline parallelism (handouts/05-pipeline.md).
+
+    pytest tests/test_pipeline.py                  # your implementation, pipelines of 1, 2 and 4 stages
+    pytest tests/test_pipeline.py -m task5_2       # only the schedules
+
+Schedules are pure functions: one rank computes them for a whole grid of (stages, microbatches,
+stage) and the parent checks them, and also executes them in a simulation (F takes 1 unit, B 2)
+that must neither deadlock nor idle longer than the bubble (p - 1) / (m + p - 1). Training is
+judged against one process running the whole model on the whole batch: after every step, the
+loss on the last stage and every stage's gradients equal the full-batch mean loss's.
+Microbatch counts are chosen below, equal to and above the number of stages.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cs336_systems.models import DeepMLP
+from tests.harness import assert_close, run_ranks
+from tests.harness.recorder import CommRecorder, format_events
+
+SCHEDULES = ["gpipe", "1f1b"]
+MICROBATCHES = {"m<p": lambda p: p - 1, "m=p": lambda p: p, "m>p": lambda p: 2 * p + 1}
+
+
+def _microbatches(case: str, p: int) -> int:
+    m = MICROBATCHES[case](p)
+    if m < 1:
+        pytest.skip(f"no microbatch count below {p} stage(s)")
+    return m
+
+
+def _bounds(num_layers: int, p: int) -> list[tuple[int, int]]:
+    """Oracle split: contiguous, sizes differ by at most one, earlier stages take the extra layer."""
+    sizes = [num_layers // p + (s < num_layers % p) for s in range(p)]
+    starts = [sum(sizes[:s]) for s in range(p)]
+    return [(a, a + n) for a, n in zip(starts, sizes)]
+
+
+def _oracle_1f1b(p: int, m: int, s: int) -> list[tuple[str, int]]:
+    """1F1B as a list of strings: the first min(p - s, m) forwards, then each further forward
+    right after the backward that frees its slot, then the remaining backwards."""
+    window = min(p - s, m)
+    order = [("F", i) for i in range(window)]
+    for i in range(m):
+        order.append(("B", i))
+        if window + i < m:
+            order.append(("F", window + i))
+    return order
+
+
+# ## Task 5.1: split_into_stages ---------------------------------------------------------------------
+
+
+def split_rank(ctx, cases):
+    P = ctx.load("pipeline")
+    out = {}
+    for layers, p in cases:
+        # A subclass of nn.Sequential whose constructor takes other arguments (model[a:b] would fail).
+        model = DeepMLP(layers - 1, 2, 4) if layers > 1 else nn.Sequential(nn.Linear(2, 2))
+        stages = P.split_into_stages(model, p)
+        index = {id(layer): i for i, layer in enumerate(model)}
+        out[(layers, p)] = [
+            (type(st).__name__, [index.get(id(layer), -1) for layer in st], [name for name, _ in st.named_children()])
+            for st in stages
+        ]
+    return out
+
+
+@pytest.mark.task5_1
+def test_split_into_stages_is_contiguous_balanced_and_shares_the_layers():
+    """Stage s gets layers [a_s, b_s), in order, the same objects under the same names as the model's;
+    sizes differ by at most one and the first stages take the extra layers (6 over 4 stages: 2, 2, 1, 1)."""
+    cases = [(layers, p) for layers in range(1, 10) for p in range(1, layers + 1)]
+    got = run_ranks(1, split_rank, cases)[0]
+    for layers, p in cases:
+        expected = [("Sequential", list(range(a, b)), [str(i) for i in range(a, b)]) for a, b in _bounds(layers, p)]
+        assert got[(layers, p)] == expected, (
+            f"split_into_stages({layers} layers, {p} stages): expected (type, layer indices, layer names) "
+            f"{expected}, got {got[(layers, p)]} (index -1: a layer that is not one of the model's own objects)"
+        )
+
+
+# ## Task 5.2: schedules -----------------------------------------------------------------------------
+
+GRID = [(p, m) for p in range(1, 9) for m in range(1, 13)]
+
+
+def schedules_rank(ctx, grid):
+    P = ctx.load("pipeline")
+    out = {}
+    for name, fn in [("gpipe", P.gpipe_schedule), ("1f1b", P.one_f_one_b_schedule)]:
+        for p, m in grid:
+            for s in range(p):
+                actions = fn(p, m, s)
+                if not all(isinstance(a, P.Action) for a in actions):
+                    raise TypeError(f"{name}({p}, {m}, {s}) must return a list of Action, got {actions!r:.200}")
+                out[(name, p, m, s)] = [(a.kind, a.microbatch) for a in actions]
+    return out
+
+
+@pytest.fixture(scope="module")
+def schedules():
+    return run_ranks(1, schedules_rank, GRID)[0]
+
+
+def _fmt(actions) -> str:
+    return " ".join(f"{k}{i}" for k, i in actions)
+
+
+@pytest.mark.task5_2
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_every_microbatch_runs_one_forward_then_one_backward(schedules, name):
+    for p, m in GRID:
+        for s in range(p):
+            actions = schedules[(name, p, m, s)]
+            where = f"{name} schedule, {p} stages, {m} microbatches, stage {s}: {_fmt(actions)}"
+            assert sorted(actions) == sorted([("F", i) for i in range(m)] + [("B", i) for i in range(m)]), (
+                f"{where}: every microbatch needs exactly one F and one B"
+            )
+            for i in range(m):
+                assert actions.index(("F", i)) < actions.index(("B", i)), f"{where}: B{i} runs before F{i}"
+
+
+@pytest.mark.task5_2
+def test_gpipe_runs_all_forwards_then_all_backwards(schedules):
+    for p, m in GRID:
+        for s in range(p):
+            expected = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+            got = schedules[("gpipe", p, m, s)]
+            assert got == expected, f"gpipe({p}, {m}, stage {s}): expected {_fmt(expected)}, got {_fmt(got)}"
+
+
+@pytest.mark.task5_2
+def test_one_f_one_b_on_stage_0_of_4_stages_and_8_microbatches(schedules):
+    expected = "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
+    assert _fmt(schedules[("1f1b", 4, 8, 0)]) == expected
+
+
+@pytest.mark.task5_2
+def test_one_f_one_b_warms_up_then_alternates_then_cools_down(schedules):
+    """min(p - s - 1, m) warm-up forwards, then F/B pairs, then the remaining backwards; so stage s
+    never has more than min(p - s, m) microbatches between their F and their B."""
+    for p, m in GRID:
+        for s in range(p):
+            got, expected = schedules[("1f1b", p, m, s)], _oracle_1f1b(p, m, s)
+            leading = next((k for k, a in enumerate(got) if a[0] == "B"), len(got))
+            assert got == expected, (
+                f"1f1b({p} stages, {m} microbatches, stage {s}): expected {_fmt(expected)}\n"
+                f"got {_fmt(got)}\n(forwards before the first backward: expected min(p - s, m) = "
+                f"{min(p - s, m)}, i.e. {min(p - s - 1, m)} warm-up forwards; got {leading})"
+            )
+
+
+def _simulate(stages: list[list[tuple[str, int]]], f: int = 1, b: int = 2):
+    """Run every stage's actions in order, as a pipeline would: sends never block, F(i) on stage s
+    waits for F(i) on stage s - 1 and B(i) for B(i) on stage s + 1. Returns (makespan, stuck stages)."""
+    p, done, pos, free = len(stages), {}, [0] * len(stages), [0] * len(stages)
+    progress = True
+    while progress:
+        progress = False
+        for s in range(p):
+            while pos[s] < len(stages[s]):
+                kind, i = stages[s][pos[s]]
+                dep = (
+                    (s - 1, "F", i) if kind == "F" and s > 0 else (s + 1, "B", i) if kind == "B" and s < p - 1 else None
+                )
+                if dep is not None and dep not in done:
+                    break  # blocked on a receive
+                free[s] = done[(s, kind, i)] = max(free[s], done.get(dep, 0)) + (f if kind == "F" else b)
+                pos[s], progress = pos[s] + 1, True
+    return max(free), [s for s in range(p) if pos[s] < len(stages[s])]
+
+
+@pytest.mark.task5_2
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_schedules_never_deadlock_and_idle_exactly_the_bubble(schedules, name):
+    """Simulated with F = 1 and B = 2 time units, all stages finish after 3(m + p - 1) units: each is
+    busy 3m of them, so the idle fraction is the bubble (p - 1) / (m + p - 1)."""
+    for p, m in GRID:
+        per_stage = [schedules[(name, p, m, s)] for s in range(p)]
+        makespan, stuck = _simulate(per_stage)
+        assert not stuck, f"{name}, {p} stages, {m} microbatches: stages {stuck} wait on each other forever " + (
+            "; ".join(f"stage {s}: {_fmt(a)}" for s, a in enumerate(per_stage))
+        )
+        bubble, formula = 1 - 3 * m / makespan, (p - 1) / (m + p - 1)
+        assert abs(bubble - formula) < 1e-9, f"{name}, p={p}, m={m}: bubble {bubble:.4f}, formula {formula:.4f}"
+
+
+def bad_schedule_rank(ctx, args):
+    P = ctx.load("pipeline")
+    out = []
+    for fn in (P.gpipe_schedule, P.one_f_one_b_schedule):
+        try:
+            fn(*args)
+            out.append(None)
+        except (ValueError, TypeError) as exc:
+            out.append((type(exc).__name__, str(exc)))
+    return out
+
+
+@pytest.mark.task5_2
+@pytest.mark.parametrize(
+    "args,exc,name",
+    [((4, 8, 4), "ValueError", "stage"), ((4, 8, -1), "ValueError", "stage"), ((0, 8, 0), "ValueError", "num_stages"),
+     ((4, 0, 0), "ValueError", "num_microbatches"), ((4, 2.0, 0), "TypeError", "num_microbatches")],
+    ids=["stage-past-the-end", "negative-stage", "no-stages", "no-microbatches", "float-microbatches"],
+)  # fmt: skip
+def test_schedules_reject_bad_arguments(args, exc, name):
+    for fn, error in zip(["gpipe_schedule", "one_f_one_b_schedule"], run_ranks(1, bad_schedule_rank, args)[0]):
+        assert error is not None and error[0] == exc, f"{fn}{args}: expected {exc}, got {error}"
+        assert name in error[1], f"{fn}{args}: the message should name {name!r}: {error[1]!r}"
+
+
+# ## Task 5.3: PipelineStage.train_step ------------------------------------------------------------
+
+
+def build_model(kind: str, seed: int = 0, dtype=torch.float64) -> nn.Sequential:
+    """``deep``: DeepMLP(5 blocks) + head, 6 layers of width 8. ``widths``: 6 layers whose widths
+    (6 -> 10 -> 3 -> 7 -> 4) and hence the activations between stages differ from stage to stage."""
+    torch.manual_seed(seed)
+    if kind == "deep":
+        model = DeepMLP(5, 8, 16)
+    else:
+        model = nn.Sequential(
+            nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 3), nn.Tanh(), nn.Linear(3, 7), nn.Linear(7, 4)
+        )
+    return model.to(dtype)
+
+
+def make_batches(kind: str, batch: int, steps: int, seed: int, dtype=torch.float64):
+    d_in, d_out = (8, 8) if kind == "deep" else (6, 4)
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(steps):
+        x = torch.randn(batch, d_in, generator=gen, dtype=dtype)  # (batch, d_in)
+        batches.append((x, torch.randn(batch, d_out, generator=gen, dtype=dtype)))  # (batch, d_out)
+    return batches
+
+
+def _stage_module(model: nn.Sequential, p: int, stage: int) -> nn.Sequential:
+    """The test's own split (so Task 5.3 does not depend on 5.1), keeping the model's layer names."""
+    start, end = _bounds(len(model), p)[stage]
+    return nn.Sequential(OrderedDict(list(model.named_children())[start:end]))
+
+
+def _pipeline_group(ctx, pipelines: int):
+    """Split WORLD into ``pipelines`` consecutive groups (every rank creates every group)."""
+    size = ctx.world_size // pipelines
+    groups = (
+        [dist.new_group(list(range(k * size, (k + 1) * size))) for k in range(pipelines)] if pipelines > 1 else [None]
+    )
+    return ctx.rank // size, groups[ctx.rank // size], ctx.rank % size, size
+
+
+def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1):
+    """Each pipeline trains its own batches; returns per step the loss and this stage's grads by global name."""
+    P = ctx.load("pipeline")
+    pipe_id, group, stage, p = _pipeline_group(ctx, pipelines)
+    module = _stage_module(build_model(kind).to(ctx.device), p, stage)
+    pipe = P.PipelineStage(module, stage, p, nn.MSELoss(), group)
+    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    steps = []
+    for x, y in batches[pipe_id]:
+        opt.zero_grad()
+        # Only stage 0 needs the inputs and only the last stage the targets.
+        loss = pipe.train_step(x.to(ctx.device) if stage == 0 else None, y.to(ctx.device) if stage == p - 1 else None,
+                               m, schedule=schedule)  # fmt: skip
+        grads = {name: param.grad for name, param in module.named_parameters()}
+        opt.step()
+        steps.append((loss, grads))
+    return steps
+
+
+def oracle_steps(kind, batches, lr=0.1):
+    """One process, the whole model, the whole batch: (loss, {name: grad}) per step."""
+    model = build_model(kind)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    steps = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        steps.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+        opt.step()
+    return steps
+
+
+def assert_matches_oracle(results, expected, ranks, what: str) -> None:
+    """``results[r]`` for r in ``ranks`` (one pipeline, in stage order) against the oracle's steps."""
+    __tracebackhide__ = True
+    p = len(ranks)
+    for step, (loss, grads) in enumerate(expected):
+        seen = {}
+        for stage, r in enumerate(ranks):
+            got_loss, got_grads = results[r][step]
+            if stage == p - 1:
+                assert got_loss is not None, f"rank {r} (last stage), step {step}, {what}: returned None, not the loss"
+                assert_close(
+                    torch.tensor(got_loss, dtype=loss.dtype), loss, what=f"rank {r}, step {step}, {what}, loss"
+                )
+            else:
+                assert got_loss is None, f"rank {r} (stage {stage}), step {step}, {what}: returned {got_loss}, not None"
+            for name, grad in got_grads.items():
+                assert_close(grad, grads[name], what=f"rank {r} (stage {stage}), step {step}, {what}, {name}.grad")
+                seen[name] = r
+        assert sorted(seen) == sorted(grads), f"{what}: parameters not on any stage: {sorted(set(grads) - set(seen))}"
+
+
+@pytest.mark.task5_3
+@pytest.mark.parametrize("kind", ["deep", "widths"])
+@pytest.mark.parametrize("m_case", MICROBATCHES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_pipeline_training_matches_one_process_on_the_full_batch(world_size, schedule, m_case, kind):
+    """Three SGD steps: the last stage returns the full-batch mean loss, and every stage's grads
+    equal the full model's on the full batch (float64), at every step."""
+    m = _microbatches(m_case, world_size)
+    batches = make_batches(kind, 3 * m, steps=3, seed=world_size)
+    results = run_ranks(world_size, train_rank, kind, m, schedule, [batches])
+    assert_matches_oracle(results, oracle_steps(kind, batches), list(range(world_size)), f"{schedule}, m={m}")
+
+
+@pytest.mark.task5_3
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_two_pipelines_in_subgroups_train_independently(world_size, schedule):
+    """Ranks {0, 1} and {2, 3} are two 2-stage pipelines (as beside data parallelism): stage numbers
+    are ranks within the group, while send/recv take global ranks."""
+    data = [make_batches("deep", 8, steps=2, seed=10 + k) for k in range(2)]
+    results = run_ranks(world_size, train_rank, "deep", 4, schedule, data, pipelines=2)
+    for k in range(2):
+        assert_matches_oracle(results, oracle_steps("deep", data[k]), [2 * k, 2 * k + 1], f"pipeline {k}, {schedule}")
+
+
+def comm_rank(ctx, m, schedule):
+    P = ctx.load("pipeline")
+    p, stage = ctx.world_size, ctx.rank
+    module = _stage_module(build_model("deep").to(ctx.device), p, stage)
+    pipe = P.PipelineStage(module, stage, p, nn.MSELoss())
+    x, y = make_batches("deep", 3 * m, steps=1, seed=0)[0]
+    with CommRecorder() as rec:
+        pipe.train_step(x.to(ctx.device), y.to(ctx.device), m, schedule=schedule)
+    return rec.events
+
+
+@pytest.mark.task5_3
+@pytest.mark.parametrize("m_case", ["m<p", "m>p"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_stages_only_send_and_receive_with_their_neighbours(world_size, schedule, m_case):
+    """Stage s sends m activations (3x8) to s + 1 and m input grads to s - 1, receives the same from
+    them, and may add small messages (<= 16 numbers, at most one per microbatch) for shapes."""
+    m = _microbatches(m_case, world_size)
+    for s, events in enumerate(run_ranks(world_size, comm_rank, m, schedule)):
+        log = f"rank {s}, {schedule}, m={m}:\n{format_events(events)}"
+        assert all(e.op in ("send", "isend", "recv", "irecv", "wait") for e in events), f"{log}\nonly send/recv allowed"
+        for sending in (True, False):
+            ops = [e for e in events if e.op in (("send", "isend") if sending else ("recv", "irecv"))]
+            for peer, expected in [(s + 1, m if s < world_size - 1 else 0), (s - 1, m if s > 0 else 0)]:
+                msgs = [e for e in ops if e.peer == peer]
+                big = [e for e in msgs if e.shapes == ((3, 8),)]
+                small = [e for e in msgs if e.numel <= 16]
+                assert len(big) == expected, f"{log}\n{'sent to' if sending else 'received from'} rank {peer}: " \
+                    f"{len(big)} messages of shape (3, 8), expected {expected}"  # fmt: skip
+                assert len(big) + len(small) == len(msgs) and len(small) <= expected, f"{log}\nunexpected messages"
+            others = sorted({e.peer for e in ops} - {s - 1, s + 1})
+            assert not others, f"{log}\ntalked to ranks {others}, which are not neighbours"
+
+
+class LiveCounter(nn.Module):
+    """Identity layer that counts its outputs still alive: the microbatches whose activations this
+    stage's autograd graph holds (freed by their backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs, self.peak = [], 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0  # a fresh tensor, saved by the next layer for its backward
+        self.refs = [r for r in self.refs if r() is not None] + [weakref.ref(y)]
+        self.peak = max(self.peak, len(self.refs))
+        return y
+
+
+def memory_rank(ctx, m, schedule):
+    P = ctx.load("pipeline")
+    p, stage = ctx.world_size, ctx.rank
+    module = _stage_module(build_model("deep").to(ctx.device), p, stage)
+    counter = LiveCounter()
+    pipe = P.PipelineStage(nn.Sequential(counter, *module), stage, p, nn.MSELoss())
+    x, y = make_batches("deep", 2 * m, steps=1, seed=0)[0]
+    pipe.train_step(x.to(ctx.device), y.to(ctx.device), m, schedule=schedule)
+    timeline = [(a.kind, a.microbatch, t0, t1) for a, t0, t1 in pipe.timeline]
+    return pipe.peak_activations, counter.peak, timeline
+
+
+@pytest.mark.task5_3
+@pytest.mark.parametrize("m_case", MICROBATCHES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_peak_activations_and_timeline_follow_the_schedule(world_size, schedule, m_case):
+    """GPipe holds all m microbatches; 1F1B's stage s at most min(p - s, m). Both ``.peak_activations``
+    and the activations actually alive are checked; ``.timeline`` lists the schedule's actions in order."""
+    p, m = world_size, _microbatches(m_case, world_size)
+    for s, (reported, alive, timeline) in enumerate(run_ranks(world_size, memory_rank, m, schedule)):
+        expected = m if schedule == "gpipe" else min(p - s, m)
+        where = f"rank {s}, {schedule}, {p} stages, {m} microbatches"
+        assert alive == expected, f"{where}: {alive} microbatches' activations were alive at once, expected {expected}"
+        assert reported == expected, f"{where}: .peak_activations is {reported}, expected {expected}"
+        order = [(k, i) for k, i, _, _ in timeline]
+        plan = (
+            [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+            if schedule == "gpipe"
+            else _oracle_1f1b(p, m, s)
+        )
+        assert order == plan, f"{where}: .timeline runs {_fmt(order)}, expected {_fmt(plan)}"
+        times = [t for _, _, t0, t1 in timeline for t in (t0, t1)]
+        assert times == sorted(times), f"{where}: .timeline times must satisfy t_start <= t_end <= next t_start"
+
+
+def _pipe(ctx, P, **overrides):
+    module = _stage_module(build_model("deep").to(ctx.device), ctx.world_size, ctx.rank)
+    args = {"module": module, "stage": ctx.rank, "num_stages": ctx.world_size, "loss_fn": nn.MSELoss()}
+    return P.PipelineStage(**{**args, **overrides})
+
+
+# case: (task, call on (P, ctx), exception, the argument the message must name)
+BAD_INPUT = {
+    "fewer layers than stages": (1, lambda P, c: P.split_into_stages(DeepMLP(1, 8, 8), 3), "ValueError", "num_stages"),
+    "split of a plain module": (1, lambda P, c: P.split_into_stages(nn.Linear(2, 2), 1), "TypeError", "model"),
+    "num_stages is not the group size": (3, lambda P, c: _pipe(c, P, num_stages=c.world_size + 1), "ValueError",
+                                         "num_stages"),
+    "stage is not this rank": (3, lambda P, c: _pipe(c, P, stage=(c.rank + 1) % c.world_size), "ValueError",
+                               "stage"),
+    "batch not divisible by microbatches": (
+        3, lambda P, c: _pipe(c, P).train_step(torch.randn(10, 8), torch.randn(10, 8), 4), "ValueError",
+        "num_microbatches"),
+    "fewer examples than microbatches": (
+        3, lambda P, c: _pipe(c, P).train_step(torch.randn(2, 8), torch.randn(2, 8), 4), "ValueError",
+        "num_microbatches"),
+    "no microbatches": (3, lambda P, c: _pipe(c, P).train_step(torch.randn(4, 8), torch.randn(4, 8), 0), "ValueError",
+                        "num_microbatches"),
+    "unknown schedule": (3, lambda P, c: _pipe(c, P).train_step(torch.randn(4, 8), torch.randn(4, 8), 2, "zb"),
+                         "ValueError", "schedule"),
+}  # fmt: skip
+
+
+def bad_input_rank(ctx, case: str):
+    P = ctx.load("pipeline")
+    with CommRecorder() as rec:
+        try:
+            BAD_INPUT[case][1](P, ctx)
+            error = None
+        except (ValueError, TypeError) as exc:
+            error = (type(exc).__name__, str(exc))
+    return error, rec.events
+
+
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=getattr(pytest.mark, f"task5_{v[0]}"), id=c.replace(" ", "-"))
+             for c, v in BAD_INPUT.items()]
+)  # fmt: skip
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    *_, exc_type, must_name = BAD_INPUT[case]
+    for rank, (error, events) in enumerate(run_ranks(world_size, bad_input_rank, case, deadline=15)):
+        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
+        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
+        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
+        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
