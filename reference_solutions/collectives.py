@@ -20,6 +20,10 @@ import torch.distributed as dist
 
 __all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
 
+# Pipelining unit of the ring's reduce-scatter: large enough that per-message costs vanish,
+# small enough that adding one segment overlaps receiving the next.
+_SEGMENT_BYTES = 1 << 20
+_IN_FLIGHT = 4  # receive segments posted ahead of the one being added
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32)
 
 
@@ -174,12 +178,46 @@ def _ring_reduce_scatter_chunks(chunks: list[torch.Tensor], ranks: list[int], me
     """
     n = len(ranks)
     nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]
-    incoming = torch.empty(max(c.numel() for c in chunks), dtype=chunks[0].dtype, device=chunks[0].device)
     for step in range(n - 1):
-        target = chunks[(me - step - 2) % n]
-        buf = incoming[: target.numel()].view_as(target)
-        _exchange(group, chunks[(me - step - 1) % n], nxt, buf, prv)
-        target += buf
+        _exchange_and_add(group, chunks[(me - step - 1) % n], nxt, chunks[(me - step - 2) % n], prv)
+
+
+def _exchange_and_add(group, send: torch.Tensor, to: int, target: torch.Tensor, frm: int) -> None:
+    """Send ``send`` to ``to``; receive a tensor like ``target`` from ``frm`` and add it into ``target``.
+
+    Both are cut into segments, each segment's send and receive posted together (one batch, so
+    NCCL cannot deadlock two ranks sending to each other), up to ``_IN_FLIGHT`` segments ahead:
+    each received segment is added while the next ones are in flight, so the additions hide
+    behind the transfer (as gloo's and NCCL's rings do), and the scratch memory stays at a few
+    segments whatever the tensor size.
+    """
+    seg = max(1, _SEGMENT_BYTES // max(1, send.element_size()))
+    outgoing = [s for s in send.reshape(-1).split(seg) if s.numel()]
+    pieces = [p for p in target.reshape(-1).split(seg) if p.numel()]
+    slots = min(_IN_FLIGHT, len(pieces))
+    scratch = [torch.empty(seg, dtype=target.dtype, device=target.device) for _ in range(slots)]
+    pending, sent = [], []  # receives not yet added (oldest first); send handles, waited at the end
+    for i in range(max(len(outgoing), len(pieces))):
+        if len(pending) == slots > 0 and i < len(pieces):
+            _add_when_received(*pending.pop(0))
+        ops = [dist.P2POp(dist.isend, outgoing[i], to, group)] if i < len(outgoing) else []
+        if i < len(pieces):
+            buf = scratch[i % slots][: pieces[i].numel()]
+            ops.append(dist.P2POp(dist.irecv, buf, frm, group))
+        works = dist.batch_isend_irecv(ops)
+        if i < len(pieces):  # the receive's handle is waited once, before adding (gloo hangs on a second wait)
+            pending.append((works[-1], buf, pieces[i]))
+            works = works[:-1]
+        sent.extend(works)
+    for item in pending:
+        _add_when_received(*item)
+    for work in sent:
+        work.wait()
+
+
+def _add_when_received(work, buf: torch.Tensor, piece: torch.Tensor) -> None:
+    work.wait()
+    piece += buf
 
 
 def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import queue as queue_module
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,7 +75,7 @@ def launch(world_size: int, fn: Callable, *, backend: str = "gloo", **kwargs) ->
         rank = dist.get_rank()
         return [fn(rank, dist.get_world_size(), _device(backend, rank), **kwargs)]
     ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
+    queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         procs = [
             ctx.Process(target=_worker, args=(r, world_size, backend, f"{tmp}/store", fn, kwargs, queue))
@@ -82,9 +83,21 @@ def launch(world_size: int, fn: Callable, *, backend: str = "gloo", **kwargs) ->
         ]
         for p in procs:
             p.start()
-        results = dict(queue.get() for _ in procs)
-        for p in procs:
-            p.join()
+        results = {}
+        try:
+            while len(results) < world_size:
+                try:
+                    rank, result = queue.get(timeout=1.0)
+                    results[rank] = result
+                except queue_module.Empty:
+                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if dead:  # a crashed rank would leave the others (and us) waiting forever
+                        raise RuntimeError(f"a benchmark rank failed (exit codes {dead}); see its traceback above")
+        finally:
+            for p in procs:
+                if p.is_alive() and len(results) < world_size:
+                    p.kill()
+                p.join()
     return [results[r] for r in range(world_size)]
 
 
