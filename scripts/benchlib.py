@@ -92,7 +92,7 @@ def launch(world_size: int, fn: Callable, *, backend: str = "gloo", **kwargs) ->
                 except queue_module.Empty:
                     dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                     if dead:  # a crashed rank would leave the others (and us) waiting forever
-                        raise RuntimeError(f"a benchmark rank failed (exit codes {dead}); see its traceback above")
+                        raise RuntimeError(f"a benchmark rank failed (exit codes {dead}); see its traceback") from None
         finally:
             for p in procs:
                 if p.is_alive() and len(results) < world_size:
