@@ -13,6 +13,7 @@ Microbatch counts are chosen below, equal to and above the number of stages.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections import OrderedDict
 
@@ -105,8 +106,9 @@ def schedules_rank(ctx, grid):
     return out
 
 
-@pytest.fixture(scope="module")
-def schedules():
+@functools.cache
+def computed_schedules() -> dict:
+    """(name, p, m, stage) -> [(kind, microbatch), ...] for the whole grid, computed once in a rank."""
     return run_ranks(1, schedules_rank, GRID)[0]
 
 
@@ -116,7 +118,8 @@ def _fmt(actions) -> str:
 
 @pytest.mark.task5_2
 @pytest.mark.parametrize("name", SCHEDULES)
-def test_every_microbatch_runs_one_forward_then_one_backward(schedules, name):
+def test_every_microbatch_runs_one_forward_then_one_backward(name):
+    schedules = computed_schedules()
     for p, m in GRID:
         for s in range(p):
             actions = schedules[(name, p, m, s)]
@@ -129,7 +132,8 @@ def test_every_microbatch_runs_one_forward_then_one_backward(schedules, name):
 
 
 @pytest.mark.task5_2
-def test_gpipe_runs_all_forwards_then_all_backwards(schedules):
+def test_gpipe_runs_all_forwards_then_all_backwards():
+    schedules = computed_schedules()
     for p, m in GRID:
         for s in range(p):
             expected = [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
@@ -138,15 +142,17 @@ def test_gpipe_runs_all_forwards_then_all_backwards(schedules):
 
 
 @pytest.mark.task5_2
-def test_one_f_one_b_on_stage_0_of_4_stages_and_8_microbatches(schedules):
+def test_one_f_one_b_on_stage_0_of_4_stages_and_8_microbatches():
+    schedules = computed_schedules()
     expected = "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
     assert _fmt(schedules[("1f1b", 4, 8, 0)]) == expected
 
 
 @pytest.mark.task5_2
-def test_one_f_one_b_warms_up_then_alternates_then_cools_down(schedules):
+def test_one_f_one_b_warms_up_then_alternates_then_cools_down():
     """min(p - s - 1, m) warm-up forwards, then F/B pairs, then the remaining backwards; so stage s
     never has more than min(p - s, m) microbatches between their F and their B."""
+    schedules = computed_schedules()
     for p, m in GRID:
         for s in range(p):
             got, expected = schedules[("1f1b", p, m, s)], _oracle_1f1b(p, m, s)
@@ -180,9 +186,10 @@ def _simulate(stages: list[list[tuple[str, int]]], f: int = 1, b: int = 2):
 
 @pytest.mark.task5_2
 @pytest.mark.parametrize("name", SCHEDULES)
-def test_schedules_never_deadlock_and_idle_exactly_the_bubble(schedules, name):
+def test_schedules_never_deadlock_and_idle_exactly_the_bubble(name):
     """Simulated with F = 1 and B = 2 time units, all stages finish after 3(m + p - 1) units: each is
     busy 3m of them, so the idle fraction is the bubble (p - 1) / (m + p - 1)."""
+    schedules = computed_schedules()
     for p, m in GRID:
         per_stage = [schedules[(name, p, m, s)] for s in range(p)]
         makespan, stuck = _simulate(per_stage)
