@@ -18,6 +18,8 @@ import traceback
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from cs336_systems.models import DeepMLP, ToyModel, ToyModelWithTiedWeights
@@ -66,6 +68,15 @@ class MixedDtypeModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.second(torch.relu(self.first(x.float())).double())
+
+
+class SizedParameters(nn.Module):
+    """Float32 vectors of the given sizes (bytes = 4 * size), some frozen: a bucket-layout fixture."""
+
+    def __init__(self, sizes: list[int], frozen: set[int]) -> None:
+        super().__init__()
+        self.bag = nn.ParameterList([nn.Parameter(torch.zeros(n), requires_grad=i not in frozen)
+                                     for i, n in enumerate(sizes)])  # fmt: skip
 
 
 # name -> (factory, in_features, out_features)
@@ -306,6 +317,33 @@ def test_bucket_layout_follows_the_reverse_order_cap_rule(model_name):
     for mb, layout in zip(caps, got):
         want = expected_layout(model, mb)
         assert layout == want, f"{model_name}, bucket_size_mb={mb!r}: expected buckets\n  {want}\ngot\n  {layout}"
+
+
+def sized_layout_rank(ctx, sizes, frozen, bucket_size_mb):
+    return ctx.load("ddp").DDPBucketed(SizedParameters(sizes, frozen), bucket_size_mb).bucket_parameter_names()
+
+
+@st.composite
+def layout_cases(draw):
+    """Random parameter sizes and frozen set; a cap that is 0, random, or exactly some parameters' total."""
+    sizes = draw(st.lists(st.integers(1, 3000), min_size=1, max_size=12))
+    frozen = draw(st.sets(st.integers(0, len(sizes) - 1), max_size=len(sizes) - 1))
+    start, stop = sorted(draw(st.lists(st.integers(0, len(sizes)), min_size=2, max_size=2)))
+    exact_mb = 4 * sum(sizes[start:stop]) / 2**20
+    mb = draw(st.one_of(st.just(0.0), st.just(exact_mb), st.floats(0, 0.02, allow_nan=False)))
+    return sizes, frozen, mb
+
+
+@pytest.mark.task2_4
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=layout_cases())
+def test_bucket_layout_of_random_parameter_sizes_follows_the_rule(case):
+    sizes, frozen, mb = case
+    got = run_ranks(1, sized_layout_rank, sizes, frozen, mb)[0]
+    want = expected_layout(SizedParameters(sizes, frozen), mb)
+    assert got == want, (
+        f"sizes {sizes} (float32), frozen {sorted(frozen)}, bucket_size_mb={mb!r}: expected\n  {want}\ngot\n  {got}"
+    )
 
 
 def overlap_rank(ctx, variant, model_name, state, batch):
