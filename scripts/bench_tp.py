@@ -118,6 +118,7 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, tp_s
             ours = TP.TensorParallelMLP.from_dense(dense, group, sequence_parallel=sp)
             theirs = _torch_tp(copy.deepcopy(dense), mesh, sp)  # shards the same weights
             row = {"tp": tp, "variant": "TP+SP" if sp else "TP", "act_bytes": x.numel() * 4}
+            steps = {}
             for name, model in (("ours", ours), ("torch", theirs)):
                 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
@@ -139,7 +140,13 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, tp_s
                 row[f"{name}_colls"] = " + ".join(f"{sum(k == kd for k, _ in events)} {kd}" for kd in KINDS
                                                   if any(k == kd for k, _ in events)) or "none"  # fmt: skip
                 row[f"{name}_sent"] = sum(ring_bytes_sent(k, b, tp) for k, b in events if k)
-                row[f"{name}_time"] = _step_time(step, iters, device, group)
+                steps[name] = step
+            # Interleave the two in rounds so that machine noise hits both alike.
+            times = {name: [] for name in steps}
+            for _ in range(3):
+                for name, step in steps.items():
+                    times[name].append(_step_time(step, max(1, iters // 3), device, group))
+            row.update({f"{name}_time": statistics.median(t) for name, t in times.items()})
             rows.append(row)
     return rows
 
@@ -152,7 +159,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4, help="batch b (dim 1)")
     parser.add_argument("--d-model", type=int, default=512, help="model width d")
     parser.add_argument("--d-ff", type=int, default=2048, help="MLP hidden width (divisible by every T)")
-    parser.add_argument("--iters", type=int, default=5, help="timed steps per configuration (median)")
+    parser.add_argument("--iters", type=int, default=6, help="timed steps per configuration (in 3 rounds)")
     args = parser.parse_args()
     tp_sizes = [int(t) for t in args.tp_sizes.split(",")]
     shape = dict(seq=args.seq, batch=args.batch, d_model=args.d_model, d_ff=args.d_ff, iters=args.iters)
