@@ -27,7 +27,8 @@ from tests.harness import assert_close, run_ranks
 from tests.harness.recorder import CommRecorder, format_events
 
 SCHEDULES = ["gpipe", "1f1b"]
-MICROBATCHES = {"m<p": lambda p: p - 1, "m=p": lambda p: p, "m>p": lambda p: 2 * p + 1}
+# Microbatch counts below, equal to and above the number of stages p (ids usable with -k).
+MICROBATCHES = {"m-below-p": lambda p: p - 1, "m-equal-p": lambda p: p, "m-above-p": lambda p: 2 * p + 1}
 
 
 def _microbatches(case: str, p: int) -> int:
@@ -357,7 +358,7 @@ def comm_rank(ctx, m, schedule):
 
 
 @pytest.mark.task5_3
-@pytest.mark.parametrize("m_case", ["m<p", "m>p"])
+@pytest.mark.parametrize("m_case", ["m-below-p", "m-above-p"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_stages_only_send_and_receive_with_their_neighbours(world_size, schedule, m_case):
     """Stage s sends m activations (3x8) to s + 1 and m input grads to s - 1, receives the same from

@@ -1,0 +1,1 @@
+"""Mutant: a stage never releases a microbatch's stashed activations after its backward."""

@@ -1,0 +1,1 @@
+"""Mutant: input gradients are sent to the next stage instead of the previous one."""

@@ -1,0 +1,1 @@
+"""Mutant: microbatch losses are not divided by the number of microbatches (grads m times too big)."""
