@@ -16,7 +16,7 @@ pytestmark = pytest.mark.staff
 
 SUITE = "tests/test_tensor_parallel.py"
 
-# mutant package -> (-k selection, text the failure output must contain)
+# mutant package -> (-k selection, text the failure output must contain[, world sizes])
 MUTANTS = {
     "tp_column_split_by_input": ("column_parallel and sharded-output and no-bias", "cannot be multiplied"),
     "tp_row_bias_every_rank": ("row_parallel and parallel-input and not no-bias", "the bias must be added once"),
@@ -29,12 +29,14 @@ MUTANTS = {
     "tp_sp_all_reduce": ("swaps_each_all_reduce", "should make exactly ['all_gather', 'reduce_scatter']"),
     "tp_mlp_extra_gather": ("one_all_reduce_per_pass", "should make exactly ['all_reduce']"),
     "tp_no_validation": ("bad_input and column-out_features", "expected ValueError, but the call returned"),
+    "tp_gather_grad_first_chunk": ("conjugate and forward_backward and gather_from", "rank 1, gather_from"),
+    "tp_ignores_group": ("stays_inside_its_group and reduce_from", "in group [0, 1], forward output", "4"),
 }
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_the_suite_kills_the_mutant(mutant):
-    selection, expect = MUTANTS[mutant]
-    run = assert_mutant_killed(f"tests.mutants.{mutant}", SUITE, "-k", selection, world_sizes="2", expect=expect,
-                               deadline=10, within=30)  # fmt: skip
+    selection, expect, *world_sizes = MUTANTS[mutant]
+    run = assert_mutant_killed(f"tests.mutants.{mutant}", SUITE, "-k", selection, world_sizes=(world_sizes or ["2"])[0],
+                               expect=expect, deadline=10, within=30)  # fmt: skip
     assert "rank " in run.output  # failures name the rank

@@ -1,0 +1,1 @@
+"""Mutant tp_ignores_group: see tensor_parallel.py."""
