@@ -13,6 +13,8 @@ of the dense gradient. The recorder then checks the *number and kind* of collect
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -83,13 +85,18 @@ COMM = {
 }
 
 
+def _my_group(ctx, groups):
+    """None (WORLD) or this rank's TP group; every rank creates every group, in the same order."""
+    if groups is None:
+        return None
+    made = [torch.distributed.new_group(g) for g in groups]
+    return next(pg for pg, g in zip(made, groups) if ctx.rank in g)
+
+
 def conjugate_rank(ctx, name: str, xs, gs, groups=None):
     """Apply one function to this rank's x, backpropagate this rank's upstream gradient g."""
     TP = ctx.load("tensor_parallel")
-    group = None
-    if groups is not None:  # sub-groups: every rank creates every group, in the same order
-        made = [torch.distributed.new_group(g) for g in groups]
-        group = next(pg for pg, g in zip(made, groups) if ctx.rank in g)
+    group = _my_group(ctx, groups)
     x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
     before = x.detach().clone()
     with CommRecorder() as fwd:
@@ -167,6 +174,27 @@ def test_conjugate_function_stays_inside_its_group(world_size, name):
     gs = [_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs, groups)
     _check_conjugate(outs, name, xs, gs, groups)
+
+
+def all_conjugates_rank(ctx, xs):
+    """Every function once, on this rank's x in its own dtype (forward only)."""
+    TP = ctx.load("tensor_parallel")
+    x = xs[ctx.rank].to(ctx.device)
+    return {name: getattr(TP, name)(x) for name in CONJUGATES}
+
+
+@pytest.mark.task4_1
+@pytest.mark.world_sizes(2, 4)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_conjugate_functions_keep_the_dtype(world_size, dtype):
+    """float32 and bfloat16 inputs give outputs of the same dtype and the oracle's values."""
+    xs = [_rand(*X_SHAPE, seed=50 + r, dtype=dtype) for r in range(world_size)]
+    outs = run_ranks(world_size, all_conjugates_rank, xs)
+    members = list(range(world_size))
+    for rank, out in enumerate(outs):
+        for name in CONJUGATES:
+            want, _ = _conjugate_oracle(name, [x.double() for x in xs], xs, members, rank)
+            assert_close(out[name], want.to(dtype), what=f"rank {rank}, {name} of {dtype}")
 
 
 # -- Tasks 4.2 and 4.3: the two parallel linears, against a dense nn.Linear -------------------------
@@ -286,12 +314,13 @@ def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(wo
 # -- Task 4.4: the tensor-parallel MLP; Task 4.5: with sequence parallelism ------------------------
 
 
-def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True):
+def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True, groups=None):
     """One forward and backward of the TP MLP; forward and backward communication recorded apart."""
     TP = ctx.load("tensor_parallel")
+    group = _my_group(ctx, groups)
     dense = MLP(D, DFF, bias=bias).to(DT)
     dense.load_state_dict(state)
-    mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), sequence_parallel=sequence_parallel)
+    mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), group, sequence_parallel=sequence_parallel)
     x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
     with CommRecorder() as fwd:
         y = mlp(x)
@@ -377,6 +406,31 @@ def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_s
     outs, *_ = _run_mlp(world_size, True)
     sizes = {"all_gather": S * B * D // world_size, "reduce_scatter": S * B * D}
     _check_comm(outs, ["all_gather", "reduce_scatter"], ["all_gather", "reduce_scatter"], sizes, "SP MLP")
+
+
+@pytest.mark.task4_4
+@pytest.mark.task4_5
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
+    """2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
+    batch; every rank matches the dense MLP on its group's batch, and no message leaves the group."""
+    groups = [[0, 1], [2, 3]]
+    dense = _dense_mlp(seed=3)
+    batches = [(_rand(S, B, D, seed=60 + i), _rand(S, B, D, seed=70 + i)) for i in range(2)]
+    dense_runs = [_dense_run(copy.deepcopy(dense), x, G) for x, G in batches]  # fresh grads each
+    local = (lambda t, r: _chunk(t, r % 2, 2, 0)) if sequence_parallel else (lambda t, r: t)
+    xs = [local(batches[r // 2][0], r) for r in range(world_size)]
+    gs = [local(batches[r // 2][1], r) for r in range(world_size)]
+    outs = run_ranks(world_size, mlp_rank, dense.state_dict(), xs, gs, sequence_parallel, True, groups)
+    for r, out in enumerate(outs):
+        y, x_grad, grads = dense_runs[r // 2]
+        what = f"rank {r} in TP group {groups[r // 2]}"
+        assert_close(out["y"], local(y, r), what=f"{what}, output")
+        assert_close(out["x_grad"], local(x_grad, r), what=f"{what}, gradient of the input x")
+        _check_shards(out["grads"], grads, MLP_SHARDS, r % 2, 2, f"(global rank {r}) gradient of")
+        for e in calls(out["fwd"] + out["bwd"]):
+            assert e.group_ranks == tuple(groups[r // 2]), f"{what}: {e.op} went to {e.group_ranks}"
 
 
 def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
