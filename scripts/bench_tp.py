@@ -194,10 +194,10 @@ def report(rows: list[dict], args) -> None:
         ts = torch.linspace(1, max(tps), 50)
         ax.plot(ts, 4 * (ts - 1) / ts * m, "k--", label="formula 4(T-1)/T·M")
         for variant, marker in (("TP", "o"), ("TP+SP", "s")):
-            sel = [r for r in rows if r["variant"] == variant]
+            sel, sp_ = [r for r in rows if r["variant"] == variant], variant == "TP+SP"
             ax.plot([r["tp"] for r in sel], [r["ours_sent"] / MIB for r in sel], marker, ms=9, mfc="none",
                     label=f"ours, {variant}")  # fmt: skip
-            ax.plot([r["tp"] for r in sel], [r["torch_sent"] / MIB for r in sel], marker + "-", ms=4, alpha=0.6,
+            ax.plot([r["tp"] for r in sel], [r["torch_sent"] / MIB for r in sel], "x" if sp_ else "+", ms=8,
                     label=f"torch DTensor, {variant}")  # fmt: skip
         ax.set_xticks(tps)
         ax.set_xlabel("tensor-parallel size T")
