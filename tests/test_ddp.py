@@ -229,8 +229,9 @@ def test_sgd_steps_match_one_process_on_the_whole_batch(world_size, variant, mod
     run_training(world_size, variant, model_name, "sgd")
 
 
-@pytest.mark.parametrize("variant", variant_params(["naive", "flat"]))
+@pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_gradients_of_several_dtypes_are_averaged(world_size, variant):
+    """A float32 layer feeding a float64 one: buffers that pack grads must not mix dtypes."""
     run_training(world_size, variant, "mixed", "sgd")
 
 
