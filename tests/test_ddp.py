@@ -400,7 +400,7 @@ def assert_overlapped(out: dict, buckets: list[list[str]], numels: dict[str, int
 
 @pytest.mark.world_sizes(2, 4)
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
-@pytest.mark.parametrize("model_name", ["deep", "tied"])
+@pytest.mark.parametrize("model_name", ["deep", "tied", "lopsided"])
 def test_each_bucket_is_all_reduced_once_asynchronously_as_soon_as_it_is_full(world_size, variant, model_name):
     batch = make_batches(model_name, world_size, 1)[0]
     outs = run_ranks(world_size, overlap_rank, variant, model_name, None, batch)
