@@ -153,6 +153,8 @@ class WorkerPool:
             return {"status": "died", "error": f"the rank process {how}", "stacks": _tail(rank.stacks)}
         if reply.get("status") == "ready" or reply.get("task") == task:
             return reply
+        if reply.get("task") is None and reply.get("status") == "error":  # the task could not even be unpickled
+            return reply
         return {"status": "error", "error": f"protocol error: reply for task {reply.get('task')}, expected {task}"}
 
     def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
