@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job, from a fresh machine: install, then grade the staff reference through the
+# autograder exactly as a student submission would be graded, and print the score.
+#
+#     bash scripts/main.sh                   # all parts, gloo on CPU, world sizes 1,2,4
+#     bash scripts/main.sh --parts 1,2       # extra arguments go to scripts/grade.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+submission=$(mktemp -d)
+trap 'rm -rf "$submission"' EXIT
+# A submission is a folder holding cs336_systems/ with the student's part modules.
+mkdir -p "$submission/cs336_systems"
+cp reference_solutions/*.py "$submission/cs336_systems/"
+mkdir -p out
+.venv/bin/python scripts/grade.py "$submission" --out out/results.json "$@"
+.venv/bin/python - <<'PY'
+import json
+r = json.load(open("out/results.json"))
+tests = r.get("tests", [])
+full = sum(t.get("max_score", 0) for t in tests)
+print(f"\nstaff reference: {r.get('score')} / {full} points, {sum(t.get('status') == 'passed' for t in tests)}"
+      f" of {len(tests)} rubric entries passed, in {r.get('execution_time', 0):.0f} s (out/results.json)")
+PY
