@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="residual blocks of the real DeepMLP")
     parser.add_argument("--batch", type=int, default=64, help="batch of the real step")
     parser.add_argument("--step-microbatches", type=int, default=8, help="m of the real step")
+    parser.add_argument("--step-repeats", type=int, default=5, help="timed real steps (median), after one warm-up")
     args = parser.parse_args()
     stages = [None] if under_torchrun() else [int(p) for p in args.stages.split(",")]
     microbatches = [int(m) for m in args.microbatches.split(",")]
@@ -196,7 +197,7 @@ def main() -> None:
             bubble_rows.append([*row, max(abs(row[3] - row[2]), abs(row[4] - row[2]))])
         kw = dict(d_model=args.d_model, layers=args.layers, batch=args.batch, m=args.step_microbatches)
         for name, ours, theirs in launch(p if not under_torchrun() else 0, step_rank, backend=args.backend,
-                                         impl=args.impl, steps=args.steps, **kw)[0]:  # fmt: skip
+                                         impl=args.impl, steps=args.step_repeats, **kw)[0]:  # fmt: skip
             step_rows.append([p, name, args.step_microbatches, 1e3 * ours, 1e3 * theirs, ours / theirs])
     if not main_rank():
         return
