@@ -428,6 +428,7 @@ class TensorParallelMLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, *, sequence_parallel: bool = False,
                  group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
         super().__init__()
+        _check_features(d_model, "d_model")
         _check_features(d_ff, "d_ff")
         _check_divisible(d_ff, _world(group), "d_ff")
         self.sequence_parallel, self.group = bool(sequence_parallel), group
