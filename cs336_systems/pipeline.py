@@ -130,7 +130,7 @@ class PipelineStage:
 
         Returns the full-batch mean loss on the last stage, ``None`` elsewhere. Afterwards
         ``.timeline`` is ``[(action, t_start, t_end), ...]`` in execution order (``time.perf_counter``
-        seconds; t_start once the action's input has arrived, t_end once its output is sent) and
+        seconds; t_start once the action's input has arrived, t_end once its output is posted) and
         ``.peak_activations`` the most microbatches that were between their F and B at once.
 
         Raises ``ValueError`` for an unknown ``schedule``, ``num_microbatches < 1``, or a batch that

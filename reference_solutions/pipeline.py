@@ -194,7 +194,7 @@ class PipelineStage:
 
         Returns the full-batch mean loss on the last stage, ``None`` elsewhere. Afterwards
         ``.timeline`` is ``[(action, t_start, t_end), ...]`` in execution order (``time.perf_counter``
-        seconds; t_start once the action's input has arrived, t_end once its output is sent) and
+        seconds; t_start once the action's input has arrived, t_end once its output is posted) and
         ``.peak_activations`` the most microbatches that were between their F and B at once.
 
         Raises ``ValueError`` for an unknown ``schedule``, ``num_microbatches < 1``, or a batch that
@@ -218,67 +218,93 @@ class PipelineStage:
         y_mb = targets.chunk(m) if last else None
         device = inputs.device if first else next(self.module.parameters(), torch.empty(0)).device
 
+        plan = _SCHEDULES[schedule](self.num_stages, m, self.stage)
         stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # microbatch -> (stage input, output)
-        sends: list[dist.Work] = []  # isends in flight: a stage blocks only on what it receives
-        recv_shape = None
+        in_flight: tuple[list, list, torch.Tensor | None] = ([], [], None)  # (works, ops, receive buffer)
+        act_meta = None  # (shape, dtype) of the activations from stage - 1, learnt from the header
         total_loss = torch.zeros((), dtype=torch.float64)
         self.timeline, self.peak_activations = [], 0
-        for action in _SCHEDULES[schedule](self.num_stages, m, self.stage):
+        for k, action in enumerate(plan):
             i = action.microbatch
+            received = self._wait(in_flight)
             if action.kind == "F":
                 if first:
                     x = x_mb[i]
                 else:
-                    if recv_shape is None:
-                        recv_shape = self._recv_header(device)
-                    x = torch.empty(recv_shape[0], dtype=recv_shape[1], device=device)
-                    dist.recv(x, src=self.prev_rank, group=self.group)
-                    x.requires_grad_(x.is_floating_point())
+                    if received is None:  # the first forward: learn the shape, then receive
+                        act_meta = self._recv_header(device)
+                        received = torch.empty(act_meta[0], dtype=act_meta[1], device=device)
+                        dist.recv(received, src=self.prev_rank, group=self.group)
+                    x = received.requires_grad_(received.is_floating_point())
                 t_start = time.perf_counter()
                 out = self.module(x)
+                outgoing = []
                 if last:
-                    loss = self.loss_fn(out, y_mb[i]) / m  # mean of microbatch means = full-batch mean
-                    total_loss += loss.detach().double().cpu()
-                    out = loss
+                    out = self.loss_fn(out, y_mb[i]) / m  # mean of the microbatch means = full-batch mean
+                    total_loss += out.detach().double().cpu()
                 else:
-                    if i == 0:
-                        sends += self._send_header(out)
-                    sends.append(dist.isend(out.detach().contiguous(), dst=self.next_rank, group=self.group))
+                    if k == 0:
+                        outgoing.append(self._header(out))
+                    outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self.next_rank, self.group))
                 stash[i] = (x, out)
                 self.peak_activations = max(self.peak_activations, len(stash))
             else:
                 x, out = stash.pop(i)  # released after this backward: that is what 1F1B saves
+                t_start = time.perf_counter()
                 if last:
-                    t_start = time.perf_counter()
                     out.backward()
                 else:
-                    grad = torch.empty_like(out)
-                    dist.recv(grad, src=self.next_rank, group=self.group)
-                    t_start = time.perf_counter()
-                    out.backward(grad)
+                    out.backward(received)  # d(loss)/d(out) from stage + 1
+                outgoing = []
                 if not first and x.grad is not None:
-                    sends.append(dist.isend(x.grad.contiguous(), dst=self.prev_rank, group=self.group))
+                    outgoing.append(dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank, self.group))
                 del x, out
-            sends = [w for w in sends if not w.is_completed()]  # let finished sends free their buffers
+            # Post this action's sends together with the receive of the next action's input, as one
+            # batch: two neighbours that each send before they receive would otherwise wait on each
+            # other forever where sends block until matched (NCCL, large tensors).
+            nxt = plan[k + 1] if k + 1 < len(plan) else None
+            buffer = self._input_buffer(nxt, stash, act_meta, device)
+            src = self.prev_rank if nxt is not None and nxt.kind == "F" else self.next_rank
+            ops = outgoing + ([dist.P2POp(dist.irecv, buffer, src, self.group)] if buffer is not None else [])
+            in_flight = (dist.batch_isend_irecv(ops) if ops else [], ops, buffer)
             self._record(action, t_start, device)
-        for work in sends:
-            work.wait()
+        self._wait(in_flight)
         return float(total_loss) if last else None
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _wait(self, in_flight) -> torch.Tensor | None:
+        """Wait for a batch posted by the previous action; return what it received, if anything."""
+        works, _ops, buffer = in_flight  # the ops keep the sent tensors alive until now
+        for work in works:
+            work.wait()
+        return buffer
+
+    def _input_buffer(self, action: Action | None, stash, act_meta, device) -> torch.Tensor | None:
+        """Where ``action``'s input from a neighbour lands: an activation from stage - 1 for a forward
+        (not on stage 0, nor before the header told its shape), a gradient from stage + 1 for a
+        backward (not on the last stage)."""
+        if action is None:
+            return None
+        if action.kind == "F":
+            if self.prev_rank is None or act_meta is None:
+                return None
+            return torch.empty(act_meta[0], dtype=act_meta[1], device=device)
+        return torch.empty_like(stash[action.microbatch][1]) if self.next_rank is not None else None
 
     def _record(self, action: Action, t_start: float, device: torch.device) -> None:
         if device.type == "cuda":  # kernels are asynchronous: wait so the timeline shows real work
             torch.cuda.synchronize(device)
         self.timeline.append((action, t_start, time.perf_counter()))
 
-    def _send_header(self, out: torch.Tensor) -> list[dist.Work]:
+    def _header(self, out: torch.Tensor) -> dist.P2POp:
+        """[dtype code, ndim, *shape, 0...]: sent before the first activation, which it describes."""
         if out.dim() > _MAX_DIMS or out.dtype not in _DTYPES:
             raise ValueError(f"stage {self.stage} output must have <= {_MAX_DIMS} dims and a dtype in {_DTYPES}")
         header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
         header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
         header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64)
-        return [dist.isend(header, dst=self.next_rank, group=self.group)]
+        return dist.P2POp(dist.isend, header, self.next_rank, self.group)
 
     def _recv_header(self, device: torch.device) -> tuple[tuple[int, ...], torch.dtype]:
         header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)

@@ -5,6 +5,6 @@ from tests.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "dist.isend(x.grad.contiguous(), dst=self.prev_rank",
-    "dist.isend(x.grad.contiguous(), dst=self.next_rank",
+    "dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank",
+    "dist.P2POp(dist.isend, x.grad.contiguous(), self.next_rank",
 )

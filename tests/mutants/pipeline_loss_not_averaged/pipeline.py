@@ -5,6 +5,6 @@ from tests.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "loss = self.loss_fn(out, y_mb[i]) / m",
-    "loss = self.loss_fn(out, y_mb[i])",
+    "out = self.loss_fn(out, y_mb[i]) / m",
+    "out = self.loss_fn(out, y_mb[i])",
 )
