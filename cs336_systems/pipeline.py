@@ -9,9 +9,9 @@ Your task, in the order of the handout:
     gpipe_schedule, ...     (5.2) in which order a stage runs its forwards (F) and backwards (B)
     PipelineStage           (5.3) runs one stage's schedule with neighbour-only send/recv
 
-``Action`` is given. Use only ``dist.send/recv/isend/irecv`` between neighbouring stages (a
-blocking send can deadlock two stages that both send first: think about which calls must not
-block). Useful tools: ``dist.get_process_group_ranks``, ``Tensor.chunk``,
+``Action`` is given. Use only point-to-point calls between neighbouring stages (two stages that
+both block in a send, waiting for each other to receive, deadlock: see §5.3). Useful tools:
+``dist.batch_isend_irecv``, ``dist.P2POp``, ``dist.get_process_group_ranks``, ``Tensor.chunk``,
 ``Tensor.requires_grad_``, ``Tensor.backward(gradient)``, ``time.perf_counter``.
 Bad input raises ValueError/TypeError naming the argument, on every rank, before any communication.
 """
