@@ -267,8 +267,9 @@ def _pipeline_group(ctx, pipelines: int):
     return ctx.rank // size, groups[ctx.rank // size], ctx.rank % size, size
 
 
-def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1):
-    """Each pipeline trains its own batches; returns per step the loss and this stage's grads by global name."""
+def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1, accumulate=1):
+    """Each pipeline trains its own batches, ``accumulate`` train steps per optimizer step; returns
+    per optimizer step the (last) loss and this stage's grads by global name."""
     P = ctx.load("pipeline")
     pipe_id, group, stage, p = _pipeline_group(ctx, pipelines)
     module = _stage_module(build_model(kind).to(ctx.device), p, stage)
@@ -278,23 +279,25 @@ def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1):
     for x, y in batches[pipe_id]:
         opt.zero_grad()
         # Only stage 0 needs the inputs and only the last stage the targets.
-        loss = pipe.train_step(x.to(ctx.device) if stage == 0 else None, y.to(ctx.device) if stage == p - 1 else None,
-                               m, schedule=schedule)  # fmt: skip
+        for _ in range(accumulate):
+            loss = pipe.train_step(x.to(ctx.device) if stage == 0 else None,
+                                   y.to(ctx.device) if stage == p - 1 else None, m, schedule=schedule)  # fmt: skip
         grads = {name: param.grad for name, param in module.named_parameters()}
         opt.step()
         steps.append((loss, grads))
     return steps
 
 
-def oracle_steps(kind, batches, lr=0.1):
+def oracle_steps(kind, batches, lr=0.1, accumulate=1):
     """One process, the whole model, the whole batch: (loss, {name: grad}) per step."""
     model = build_model(kind)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     steps = []
     for x, y in batches:
         opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        for _ in range(accumulate):
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
         steps.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
         opt.step()
     return steps
@@ -309,7 +312,9 @@ def assert_matches_oracle(results, expected, ranks, what: str) -> None:
         for stage, r in enumerate(ranks):
             got_loss, got_grads = results[r][step]
             if stage == p - 1:
-                assert got_loss is not None, f"rank {r} (last stage), step {step}, {what}: returned None, not the loss"
+                assert isinstance(got_loss, float), (
+                    f"rank {r} (last stage), step {step}, {what}: returned {got_loss!r:.60}, not the loss as a float"
+                )
                 assert_close(
                     torch.tensor(got_loss, dtype=loss.dtype), loss, what=f"rank {r}, step {step}, {what}, loss"
                 )
@@ -332,6 +337,17 @@ def test_pipeline_training_matches_one_process_on_the_full_batch(world_size, sch
     batches = make_batches(kind, 3 * m, steps=3, seed=world_size)
     results = run_ranks(world_size, train_rank, kind, m, schedule, [batches])
     assert_matches_oracle(results, oracle_steps(kind, batches), list(range(world_size)), f"{schedule}, m={m}")
+
+
+@pytest.mark.task5_3
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_train_step_adds_to_grad_like_backward(world_size, schedule):
+    """Two train steps before one optimizer step leave twice the full-batch gradients in ``.grad``
+    (gradient accumulation), as two ``loss.backward()`` calls would."""
+    batches = make_batches("deep", 2 * world_size, steps=2, seed=5)
+    results = run_ranks(world_size, train_rank, "deep", world_size, schedule, [batches], accumulate=2)
+    expected = oracle_steps("deep", batches, accumulate=2)
+    assert_matches_oracle(results, expected, list(range(world_size)), f"{schedule}, two train steps per step")
 
 
 @pytest.mark.task5_3

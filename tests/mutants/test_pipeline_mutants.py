@@ -23,6 +23,7 @@ MUTANTS = {
     "pipeline_loss_not_averaged": ("training_matches and deep and m-equal-p", "2", "loss"),
     "pipeline_group_rank_as_global": ("subgroups", "4", "is not part of group"),
     "pipeline_grad_to_next": ("training_matches and deep and m-equal-p and 1f1b", "2", "train_rank failed"),
+    "pipeline_zeroes_grads": ("adds_to_grad and 1f1b", "2", "two train steps per step"),
     "pipeline_no_validation": ("bad_input and divisible", "2", "batch-not-divisible-by-microbatches"),
 }
 

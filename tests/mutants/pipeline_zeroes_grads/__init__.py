@@ -1,0 +1,1 @@
+"""Mutant: train_step zeroes the stage's grads itself, so gradient accumulation is lost."""
