@@ -17,6 +17,7 @@ holds at most min(p - s, m) microbatches' activations instead of m.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -216,13 +217,13 @@ class PipelineStage:
                 )
         x_mb = inputs.chunk(m) if first else None  # m x (batch/m, ...)
         y_mb = targets.chunk(m) if last else None
-        device = inputs.device if first else next(self.module.parameters(), torch.empty(0)).device
+        device = self._device(inputs if first else targets)
 
         plan = _SCHEDULES[schedule](self.num_stages, m, self.stage)
         stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # microbatch -> (stage input, output)
         in_flight: tuple[list, list, torch.Tensor | None] = ([], [], None)  # (works, ops, receive buffer)
         act_meta = None  # (shape, dtype) of the activations from stage - 1, learnt from the header
-        total_loss = torch.zeros((), dtype=torch.float64)
+        total_loss = torch.zeros((), dtype=torch.float64, device=device)
         self.timeline, self.peak_activations = [], 0
         for k, action in enumerate(plan):
             i = action.microbatch
@@ -241,7 +242,7 @@ class PipelineStage:
                 outgoing = []
                 if last:
                     out = self.loss_fn(out, y_mb[i]) / m  # mean of the microbatch means = full-batch mean
-                    total_loss += out.detach().double().cpu()
+                    total_loss += out.detach().double()
                 else:
                     if k == 0:
                         outgoing.append(self._header(out))
@@ -272,6 +273,14 @@ class PipelineStage:
         return float(total_loss) if last else None
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _device(self, batch: torch.Tensor | None) -> torch.device:
+        """Where this stage computes: its parameters', else the batch's, else the backend's default."""
+        for tensor in itertools.chain(self.module.parameters(), self.module.buffers(), [batch]):
+            if isinstance(tensor, torch.Tensor):
+                return tensor.device
+        nccl = dist.get_backend(self.group) == "nccl"
+        return torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
     def _wait(self, in_flight) -> torch.Tensor | None:
         """Wait for a batch posted by the previous action; return what it received, if anything."""
