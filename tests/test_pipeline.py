@@ -230,10 +230,11 @@ def test_schedules_reject_bad_arguments(args, exc, name):
 
 
 def build_model(kind: str, seed: int = 0, dtype=torch.float64) -> nn.Sequential:
-    """``deep``: DeepMLP(5 blocks) + head, 6 layers of width 8. ``widths``: 6 layers whose widths
-    (6 -> 10 -> 3 -> 7 -> 4) and hence the activations between stages differ from stage to stage."""
+    """``deep``: DeepMLP(5 blocks) + head, 6 layers of width 8 (``deep-3d``: the same on (batch, 5, 8)
+    inputs). ``widths``: 6 layers whose widths (6 -> 10 -> 3 -> 7 -> 4) and hence the activations
+    between stages differ from stage to stage."""
     torch.manual_seed(seed)
-    if kind == "deep":
+    if kind.startswith("deep"):
         model = DeepMLP(5, 8, 16)
     else:
         model = nn.Sequential(
@@ -243,12 +244,13 @@ def build_model(kind: str, seed: int = 0, dtype=torch.float64) -> nn.Sequential:
 
 
 def make_batches(kind: str, batch: int, steps: int, seed: int, dtype=torch.float64):
-    d_in, d_out = (8, 8) if kind == "deep" else (6, 4)
+    d_in, d_out = (6, 4) if kind == "widths" else (8, 8)
+    seq = (5,) if kind == "deep-3d" else ()  # a sequence dimension: activations (batch, 5, 8)
     gen = torch.Generator().manual_seed(seed)
     batches = []
     for _ in range(steps):
-        x = torch.randn(batch, d_in, generator=gen, dtype=dtype)  # (batch, d_in)
-        batches.append((x, torch.randn(batch, d_out, generator=gen, dtype=dtype)))  # (batch, d_out)
+        x = torch.randn(batch, *seq, d_in, generator=gen, dtype=dtype)  # (batch, [seq,] d_in)
+        batches.append((x, torch.randn(batch, *seq, d_out, generator=gen, dtype=dtype)))  # (batch, [seq,] d_out)
     return batches
 
 
@@ -327,7 +329,7 @@ def assert_matches_oracle(results, expected, ranks, what: str) -> None:
 
 
 @pytest.mark.task5_3
-@pytest.mark.parametrize("kind", ["deep", "widths"])
+@pytest.mark.parametrize("kind", ["deep", "deep-3d", "widths"])
 @pytest.mark.parametrize("m_case", MICROBATCHES)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_pipeline_training_matches_one_process_on_the_full_batch(world_size, schedule, m_case, kind):
