@@ -2,7 +2,7 @@
 
     python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~1-2 min
     python scripts/bench_pipeline.py --impl student           # your PipelineStage
-    python scripts/bench_pipeline.py --forward-ms 20 --steps 5 --d-model 1024   # steadier, bigger
+    python scripts/bench_pipeline.py --forward-ms 50 --steps 3 --d-model 1024   # steadier, bigger
     torchrun --standalone --nproc_per_node=4 scripts/bench_pipeline.py --backend nccl
 
 Part 1, the bubble. Every stage is synthetic work of fixed length: its forward sleeps F ms and its
@@ -160,6 +160,16 @@ def formula(impl: str):
         return load_impl("reference", "accounting").pipeline_bubble_fraction
 
 
+def preflight(impl: str) -> None:
+    """Fail here, with the handout's pointer, rather than in a rank (where the others would wait)."""
+    P = load_impl(impl, "pipeline")
+    try:
+        P.split_into_stages(nn.Sequential(nn.Identity(), nn.Identity()), 2)
+        P.gpipe_schedule(2, 2, 0), P.one_f_one_b_schedule(2, 2, 0)
+    except NotImplementedError as exc:
+        raise SystemExit(f"--impl {impl}: pipeline is not implemented yet: {exc}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser)
@@ -177,6 +187,7 @@ def main() -> None:
     stages = [None] if under_torchrun() else [int(p) for p in args.stages.split(",")]
     microbatches = [int(m) for m in args.microbatches.split(",")]
     gantt_p, gantt_m = (int(v) for v in args.gantt.split(","))
+    preflight(args.impl)
     bubble_of = formula(args.impl)
 
     bubble_rows, step_rows, gantts, curves = [], [], {}, {}
