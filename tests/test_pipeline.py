@@ -46,8 +46,8 @@ def _bounds(num_layers: int, p: int) -> list[tuple[int, int]]:
 
 
 def _oracle_1f1b(p: int, m: int, s: int) -> list[tuple[str, int]]:
-    """1F1B as a list of strings: the first min(p - s, m) forwards, then each further forward
-    right after the backward that frees its slot, then the remaining backwards."""
+    """1F1B, written as a window rather than as warm-up/steady/cool-down: the first min(p - s, m)
+    forwards, then each further forward right after the backward that frees its slot."""
     window = min(p - s, m)
     order = [("F", i) for i in range(window)]
     for i in range(m):
