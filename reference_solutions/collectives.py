@@ -22,7 +22,7 @@ __all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", 
 
 # Pipelining unit of the ring's reduce-scatter: large enough that per-message costs vanish,
 # small enough that adding one segment overlaps receiving the next.
-_SEGMENT_BYTES = 1 << 20
+_SEGMENT_BYTES = 1 << 21
 _IN_FLIGHT = 4  # receive segments posted ahead of the one being added
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32)
 
