@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import assert_rejected_before_communicating, rejection
 from tests.harness.recorder import CommRecorder, bytes_sent, calls, collective_ops, format_events
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
@@ -322,13 +323,7 @@ def bad_input_rank(ctx, case: str):
             [torch.ones(1, 2)] + [torch.ones(1, 3)] * (n - 1) if n > 1 else [torch.ones(1, 2), torch.ones(1, 3)]
         ),
     }
-    with CommRecorder() as rec:
-        try:
-            calls_by_case[case]()
-            error = None
-        except (ValueError, TypeError) as exc:
-            error = (type(exc).__name__, str(exc))
-    return error, rec.events
+    return rejection(lambda: calls_by_case[case]())
 
 
 BAD_INPUT = {
@@ -357,8 +352,4 @@ def _case_param(case: str):
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     exc_type, must_name = BAD_INPUT[case]
     outs = run_ranks(world_size, bad_input_rank, case, deadline=15)
-    for rank, (error, events) in enumerate(outs):
-        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
-        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
-        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
-        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
+    assert_rejected_before_communicating(outs, case, exc_type, must_name)

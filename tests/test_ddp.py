@@ -25,6 +25,7 @@ from torch import nn
 from cs336_systems.models import DeepMLP, ToyModel, ToyModelWithTiedWeights
 from cs336_systems.utils import random_batch, seed_everything
 from tests.harness import CONFIG, assert_close, run_ranks, tolerance
+from tests.harness.bad_input import assert_rejected_before_communicating, rejection
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 PER_RANK_BATCH = 4
@@ -482,13 +483,7 @@ def bad_input_rank(ctx, case: str):
     _, first, call, _, _ = BAD_INPUT[case]
     ddp, model = ctx.load("ddp"), build_model("toy", seed=0).to(ctx.device)
     wrapped = _wrapped(ddp, model, first)  # its own communication happens before recording starts
-    with CommRecorder() as rec:
-        try:
-            call(ddp, model, wrapped)
-            error = None
-        except (ValueError, TypeError) as exc:
-            error = (type(exc).__name__, str(exc))
-    return error, rec.events
+    return rejection(lambda: call(ddp, model, wrapped))
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -498,8 +493,6 @@ def bad_input_rank(ctx, case: str):
 )  # fmt: skip
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     *_, exc_type, must_name = BAD_INPUT[case]
-    for rank, (error, events) in enumerate(run_ranks(world_size, bad_input_rank, case, deadline=15)):
-        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
-        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
-        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
-        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
+    assert_rejected_before_communicating(
+        run_ranks(world_size, bad_input_rank, case, deadline=15), case, exc_type, must_name
+    )

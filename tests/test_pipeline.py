@@ -24,6 +24,7 @@ from torch import nn
 
 from cs336_systems.models import DeepMLP
 from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import assert_rejected_before_communicating, rejection
 from tests.harness.recorder import CommRecorder, format_events
 
 SCHEDULES = ["gpipe", "1f1b"]
@@ -485,13 +486,7 @@ BAD_INPUT = {
 
 def bad_input_rank(ctx, case: str):
     P = ctx.load("pipeline")
-    with CommRecorder() as rec:
-        try:
-            BAD_INPUT[case][1](P, ctx)
-            error = None
-        except (ValueError, TypeError) as exc:
-            error = (type(exc).__name__, str(exc))
-    return error, rec.events
+    return rejection(lambda: BAD_INPUT[case][1](P, ctx))
 
 
 @pytest.mark.world_sizes(2, 4)
@@ -501,8 +496,6 @@ def bad_input_rank(ctx, case: str):
 )  # fmt: skip
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     *_, exc_type, must_name = BAD_INPUT[case]
-    for rank, (error, events) in enumerate(run_ranks(world_size, bad_input_rank, case, deadline=15)):
-        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
-        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
-        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
-        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
+    assert_rejected_before_communicating(
+        run_ranks(world_size, bad_input_rank, case, deadline=15), case, exc_type, must_name
+    )

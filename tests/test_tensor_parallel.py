@@ -21,6 +21,7 @@ from torch import nn
 
 from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import assert_rejected_before_communicating, rejection
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 # (sequence, batch, d_model, d_ff): the sequence and d_ff divide by 1, 2 and 4.
@@ -496,13 +497,7 @@ def bad_input_rank(ctx, case: str):
         "reduce_scatter dim 0 not divisible": lambda: TP.reduce_scatter_to_sp_region(torch.ones(4 * T + 1, 2)),
         "copy of a list": lambda: TP.copy_to_tp_region([1.0, 2.0]),
     }
-    with CommRecorder() as rec:
-        try:
-            cases[case]()
-            error = None
-        except (ValueError, TypeError) as exc:
-            error = (type(exc).__name__, str(exc))
-    return error, rec.events
+    return rejection(lambda: cases[case]())
 
 
 BAD_INPUT = {
@@ -523,8 +518,4 @@ BAD_INPUT = {
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     _, exc_type, must_name = BAD_INPUT[case]
     outs = run_ranks(world_size, bad_input_rank, case, deadline=15)
-    for rank, (error, events) in enumerate(outs):
-        assert error is not None, f"rank {rank}, {case}: expected {exc_type}, but the call returned normally"
-        assert error[0] == exc_type, f"rank {rank}, {case}: expected {exc_type}, got {error[0]}: {error[1]}"
-        assert must_name in error[1], f"rank {rank}, {case}: the message should name {must_name!r}: {error[1]!r}"
-        assert not events, f"rank {rank}, {case}: communicated before raising:\n{format_events(events)}"
+    assert_rejected_before_communicating(outs, case, exc_type, must_name)
