@@ -206,7 +206,7 @@ def assert_matches_oracle(
                         raise AssertionError(str(exc) + hint) from None
 
 
-def run_training(world_size, variant, model_name, opt_name, steps=3, set_to_none=True):
+def check_training_matches_one_process(world_size, variant, model_name, opt_name, steps=3, set_to_none=True):
     state = build_model(model_name, seed=STATE_SEED).state_dict()
     batches = make_batches(model_name, world_size, steps)
     outs = run_ranks(world_size, train_rank, variant, model_name, state, batches, opt_name, set_to_none)
@@ -227,30 +227,30 @@ def run_training(world_size, variant, model_name, opt_name, steps=3, set_to_none
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_sgd_steps_match_one_process_on_the_whole_batch(world_size, variant, model_name):
     """Three SGD steps; the frozen parameter keeps grad None, the tied weight is averaged once."""
-    run_training(world_size, variant, model_name, "sgd")
+    check_training_matches_one_process(world_size, variant, model_name, "sgd")
 
 
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_gradients_of_several_dtypes_are_averaged(world_size, variant):
     """A float32 layer feeding a float64 one: buffers that pack grads must not mix dtypes."""
-    run_training(world_size, variant, "mixed", "sgd")
+    check_training_matches_one_process(world_size, variant, "mixed", "sgd")
 
 
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_adamw_steps_match_one_process_on_the_whole_batch(world_size, variant):
-    run_training(world_size, variant, "tied", "adamw")
+    check_training_matches_one_process(world_size, variant, "tied", "adamw")
 
 
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["zero_grad-none", "zero_grad-zeros"])
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 def test_repeated_steps_work_with_either_kind_of_zero_grad(world_size, variant, set_to_none):
-    run_training(world_size, variant, "deep", "adamw", steps=5, set_to_none=set_to_none)
+    check_training_matches_one_process(world_size, variant, "deep", "adamw", steps=5, set_to_none=set_to_none)
 
 
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 def test_a_parameter_without_grad_in_a_step_keeps_none_and_nothing_hangs(world_size, variant):
     """BranchyModel skips ``extra`` on odd steps: its grads stay None there, its bucket goes at finish."""
-    run_training(world_size, variant, "branchy", "sgd", steps=4)
+    check_training_matches_one_process(world_size, variant, "branchy", "sgd", steps=4)
 
 
 # -- construction: rank 0's weights win -------------------------------------------------------------
