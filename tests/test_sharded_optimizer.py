@@ -181,7 +181,11 @@ def test_every_parameter_has_exactly_one_owner_and_ownership_is_balanced(world_s
     shapes = SHAPE_SETS[shapes]
     outs = run_ranks(world_size, assignment_rank, shapes)
     for rank, (first, second) in enumerate(outs):
-        assert first == second, f"rank {rank}: ownership changed between two identical constructions"
+        assert first == second, (
+            f"rank {rank}: ownership changed between two identical constructions ({first} vs {second}); it "
+            "must be computed the same way every time and on every rank (from sizes and order, not ids, "
+            "hashes or random)"
+        )
     owners = {i: [r for r, o in enumerate(outs) if i in o[0]] for i in range(len(shapes))}
     bad = {i: rs for i, rs in owners.items() if len(rs) != 1}
     assert not bad, (
@@ -316,6 +320,9 @@ def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world
 # -- tests: FSDP (ZeRO stage 3) ----------------------------------------------------------------------
 
 FSDP_STEPS, FSDP_LR = 3, 1e-3
+# Adam is blind to the scale of the gradient (a sum instead of a mean steps the same), so SGD, which
+# is not, also runs: together they check both the averaging and the optimizer on shards.
+FSDP_OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": FSDP_LR}), "sgd": (torch.optim.SGD, {"lr": 0.05})}
 # bfloat16 keeps 8 bits of mantissa: losses and parameters are compared to the fp32 oracle with the
 # table's bfloat16 tolerance (rtol 1.6e-2, atol 1e-2); with lr 1e-3, 3 AdamW steps move a weight by at
 # most ~3e-3, so the parameter check mostly guards against bf16 leaking into the fp32 shards.
@@ -366,12 +373,13 @@ class _MatmulDtypes:
         self.mode.__exit__(*exc)
 
 
-def fsdp_train_rank(ctx, name: str, dtype_name: str):
+def fsdp_train_rank(ctx, name: str, dtype_name: str, opt_name: str):
     """FSDP_STEPS AdamW steps on the shards; per step the loss and the gathered full state dict."""
     zero = ctx.load("sharded_optimizer")
     model = make_fsdp_model(name).to(ctx.device)
     fsdp = zero.FSDP(model, compute_dtype=COMPUTE_DTYPES[dtype_name])
-    opt = torch.optim.AdamW(fsdp.parameters(), lr=FSDP_LR)
+    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
+    opt = cls(fsdp.parameters(), **kwargs)
     history, matmuls = [], _MatmulDtypes()
     for step in range(FSDP_STEPS):
         x, y = (t.to(ctx.device) for t in fsdp_batch(name, step, ctx.rank))
@@ -385,11 +393,12 @@ def fsdp_train_rank(ctx, name: str, dtype_name: str):
     return history, sorted(matmuls.dtypes), shard_dtypes
 
 
-def fsdp_oracle(name: str, world_size: int):
+def fsdp_oracle(name: str, world_size: int, opt_name: str):
     """Per step: each rank's loss before the step, and the state dict after it (plain model, AdamW
     on the mean of the ranks' grads)."""
     model = make_fsdp_model(name)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=FSDP_LR)
+    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
+    opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
     history = []
     for step in range(FSDP_STEPS):
         grads = {id(p): torch.zeros_like(p) for p in model.parameters()}
@@ -416,15 +425,23 @@ def fsdp_oracle(name: str, world_size: int):
 
 @pytest.mark.task3_3
 @pytest.mark.parametrize(
-    "name, dtype_name", [("deep_mlp", "fp32"), ("tied", "fp32"), ("embedding", "fp32"), ("deep_mlp", "bf16")]
+    "name, dtype_name, opt_name",
+    [
+        ("deep_mlp", "fp32", "adamw"),
+        ("deep_mlp", "fp32", "sgd"),
+        ("tied", "fp32", "adamw"),
+        ("embedding", "fp32", "adamw"),
+        ("deep_mlp", "bf16", "adamw"),
+    ],  # fmt: skip
 )
-def test_fsdp_training_matches_a_plain_model_on_averaged_grads(world_size, name, dtype_name):
+def test_fsdp_training_matches_a_plain_model_on_averaged_grads(world_size, name, dtype_name, opt_name):
     """Every step, every rank's loss equals the plain model's on that rank's batch, and the gathered
-    full state dict (the wrapped module's keys, fp32) equals the plain model's after AdamW on the mean
-    grads. With compute_dtype=bfloat16 every matmul runs in bfloat16 while the shards stay fp32."""
-    outs = run_ranks(world_size, fsdp_train_rank, name, dtype_name)
+    full state dict (the wrapped module's keys, fp32) equals the plain model's after the same optimizer
+    on the mean grads. With compute_dtype=bfloat16 every matmul runs in bfloat16 while the shards stay
+    fp32."""
+    outs = run_ranks(world_size, fsdp_train_rank, name, dtype_name, opt_name)
     tol = {} if dtype_name == "fp32" else dict(zip(("rtol", "atol"), (1.6e-2, 1e-2)))
-    for step, expected in enumerate(fsdp_oracle(name, world_size)):
+    for step, expected in enumerate(fsdp_oracle(name, world_size, opt_name)):
         got = [o[0][step]["loss"] for o in outs]
         assert_ranks_close(got, expected["losses"], what=f"{name} {dtype_name}, step {step}, loss", **tol)
         for rank, o in enumerate(outs):

@@ -1,0 +1,1 @@
+"""Mutant: Training FLOPs counted as 2ND (the forward pass only)."""

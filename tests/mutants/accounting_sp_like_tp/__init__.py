@@ -1,0 +1,1 @@
+"""Mutant: Sequence parallelism assumed to save nothing beyond tensor parallelism."""

@@ -1,0 +1,1 @@
+"""Mutant: FSDP reduce-scatters the weight grads but does not divide by the world size."""
