@@ -50,9 +50,7 @@ def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_
     raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
 
 
-def zero_memory_per_gpu(
-    num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
-) -> float:
+def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
     """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
 
     With P = num_params, N = world_size and (p, g, o) the bytes per parameter:

@@ -80,9 +80,7 @@ def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_
     return int(round(num_params * per_param))
 
 
-def zero_memory_per_gpu(
-    num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
-) -> float:
+def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
     """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
 
     With P = num_params, N = world_size and (p, g, o) the bytes per parameter:

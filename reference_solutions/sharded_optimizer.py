@@ -318,9 +318,7 @@ class FSDP(nn.Module):
         if compute_dtype is not None and not (
             isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point
         ):
-            raise TypeError(
-                f"compute_dtype must be a floating-point torch.dtype or None, got {compute_dtype!r}"
-            )
+            raise TypeError(f"compute_dtype must be a floating-point torch.dtype or None, got {compute_dtype!r}")
         super().__init__()
         self.module = module
         self._group = group
@@ -337,9 +335,7 @@ class FSDP(nn.Module):
             weight = layer.weight
             if id(weight) not in done:
                 info = _Shard(weight.shape, group, compute_dtype)
-                done[id(weight)] = nn.Parameter(
-                    info.split(weight.detach()), requires_grad=weight.requires_grad
-                )
+                done[id(weight)] = nn.Parameter(info.split(weight.detach()), requires_grad=weight.requires_grad)
                 self._shards[id(done[id(weight)])] = info
             layer.weight = done[id(weight)]
             forward = _linear_forward if isinstance(layer, nn.Linear) else _embedding_forward

@@ -89,9 +89,7 @@ def _build(method: str, impl: str, model, lr: float):
     if method == "unsharded":
         return model, torch.optim.AdamW(model.parameters(), lr=lr), True
     if method in ("stage1", "stage2"):
-        opt = zero.ShardedOptimizer(
-            model.parameters(), torch.optim.AdamW, shard_gradients=method == "stage2", lr=lr
-        )
+        opt = zero.ShardedOptimizer(model.parameters(), torch.optim.AdamW, shard_gradients=method == "stage2", lr=lr)
         return model, opt, method == "stage1"
     if method == "fsdp":
         wrapped = zero.FSDP(model)
@@ -140,9 +138,7 @@ def bench_rank(rank, world_size, device, impl, layers, d_model, d_ff, batch, ste
             results[method] = {
                 "params": sum(_local(p).numel() * _local(p).element_size() for p in params),
                 "grads": sum(
-                    _local(p.grad).numel() * _local(p.grad).element_size()
-                    for p in params
-                    if p.grad is not None
+                    _local(p.grad).numel() * _local(p.grad).element_size() for p in params if p.grad is not None
                 ),
                 "state": _state_bytes(opt),
                 "seconds": statistics.median(times[1:]),
@@ -154,9 +150,7 @@ def bench_rank(rank, world_size, device, impl, layers, d_model, d_ff, batch, ste
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(parser)
     parser.add_argument("--world-sizes", default="1,2,4", help="standalone runs (ignored under torchrun)")
     parser.add_argument("--layers", type=int, default=4, help="residual MLP blocks in DeepMLP")

@@ -25,9 +25,7 @@ STAGES = {
 }
 
 
-def plan(
-    accounting, params: float, gpus: int, gpu_memory_gb: float, reserve: float, **bytes_per_param
-) -> list:
+def plan(accounting, params: float, gpus: int, gpu_memory_gb: float, reserve: float, **bytes_per_param) -> list:
     """One row per stage: stage, what is sharded, GB per GPU, fits?"""
     budget = gpu_memory_gb * (1 - reserve)
     rows = []
@@ -38,9 +36,7 @@ def plan(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", type=float, required=True, help="parameter count, e.g. 7.5e9")
     parser.add_argument("--gpus", type=int, required=True, help="data-parallel GPUs")
     parser.add_argument("--gpu-memory", type=float, required=True, help="GB per GPU (1e9 bytes), e.g. 80")
@@ -48,12 +44,8 @@ def main() -> None:
     parser.add_argument("--grad-bytes", type=float, default=2, help="bytes per gradient (2: fp16/bf16)")
     parser.add_argument("--optimizer-bytes", type=float, default=12,
                         help="optimizer bytes per parameter (12: fp32 master, Adam m and v)")  # fmt: skip
-    parser.add_argument(
-        "--reserve", type=float, default=0.0, help="share of each GPU kept for activations (0-1)"
-    )
-    parser.add_argument(
-        "--impl", default="reference", help="student, reference, or a package with accounting.py"
-    )
+    parser.add_argument("--reserve", type=float, default=0.0, help="share of each GPU kept for activations (0-1)")
+    parser.add_argument("--impl", default="reference", help="student, reference, or a package with accounting.py")
     args = parser.parse_args()
     if not 0 <= args.reserve < 1:
         parser.error(f"--reserve must be in [0, 1), got {args.reserve}")
@@ -68,9 +60,7 @@ def main() -> None:
           f"({budget:.3g} GB for model states), {sum(kw.values()):g} bytes per parameter")  # fmt: skip
     print(format_table(["stage", "sharded", "GB per GPU", "fits"], rows, floatfmt=".3g"))
     fitting = [r[0] for r in rows if r[3] == "yes"]
-    print(
-        f"lowest stage that fits: {fitting[0]}" if fitting else "no stage fits: add GPUs or shrink the model"
-    )
+    print(f"lowest stage that fits: {fitting[0]}" if fitting else "no stage fits: add GPUs or shrink the model")
 
 
 if __name__ == "__main__":

@@ -50,12 +50,8 @@ def call(name, *args, **kwargs):
 
 def assert_value(got, expected, what: str, rel: float = 1e-9) -> None:
     __tracebackhide__ = True
-    assert isinstance(got, (int, float)) and not isinstance(got, bool), (
-        f"{what}: expected a number, got {got!r}"
-    )
-    assert math.isclose(got, expected, rel_tol=rel, abs_tol=1e-12), (
-        f"{what}: expected {expected!r}, got {got!r}"
-    )
+    assert isinstance(got, (int, float)) and not isinstance(got, bool), f"{what}: expected a number, got {got!r}"
+    assert math.isclose(got, expected, rel_tol=rel, abs_tol=1e-12), f"{what}: expected {expected!r}, got {got!r}"
 
 
 # -- the papers' numbers -------------------------------------------------------------------------
@@ -66,12 +62,8 @@ def test_zero_memory_reproduces_the_zero_papers_figure_1():
     """Rajbhandari et al. 2020, Figure 1: a 7.5B-parameter model, 64 GPUs, mixed-precision Adam
     (K = 12) needs 120, 31.4, 16.6 and 1.9 GB per GPU for stages 0 (DDP), 1, 2, 3."""
     stages = evaluate(*[call("zero_memory_per_gpu", 7.5e9, 64, s) for s in range(4)])
-    for stage, got, paper, exact in zip(
-        range(4), stages, [120, 31.4, 16.6, 1.9], [120, 31.40625, 16.640625, 1.875]
-    ):
-        assert_value(
-            got / 1e9, exact, f"zero_memory_per_gpu(7.5e9, 64, stage={stage}) in GB (paper: {paper})"
-        )
+    for stage, got, paper, exact in zip(range(4), stages, [120, 31.4, 16.6, 1.9], [120, 31.40625, 16.640625, 1.875]):
+        assert_value(got / 1e9, exact, f"zero_memory_per_gpu(7.5e9, 64, stage={stage}) in GB (paper: {paper})")
     (total,) = evaluate(call("training_memory_bytes", 7.5e9))
     assert total == 120_000_000_000 and isinstance(total, int), f"training_memory_bytes(7.5e9) = {total!r}"
 
@@ -88,9 +80,7 @@ def test_bubble_and_ring_all_reduce_examples():
         call("ring_all_reduce_bytes_per_rank", 1e9, 8),
         call("ring_all_reduce_bytes_per_rank", 1e9, 1),
     )
-    for value, expected, what in zip(
-        got, [3 / 11, 3 / 19, 0.0, 1.75e9, 0.0], ["p4 m8", "p4 m8 v2", "p1", "N8", "N1"]
-    ):
+    for value, expected, what in zip(got, [3 / 11, 3 / 19, 0.0, 1.75e9, 0.0], ["p4 m8", "p4 m8 v2", "p1", "N8", "N1"]):
         assert_value(value, expected, what)
     assert round(got[0], 4) == 0.2727
 
@@ -151,9 +141,7 @@ def test_zero_memory_matches_its_definition_on_random_models(cases):
         got = values[5 * i : 5 * i + 5]
         expected = [n * (p + g + o), n * (p + g) + n * o / w, n * p + n * (g + o) / w, n * (p + g + o) / w]
         for stage in range(4):
-            assert_value(
-                got[stage], expected[stage], f"zero_memory_per_gpu({n}, {w}, {stage}, p={p}, g={g}, o={o})"
-            )
+            assert_value(got[stage], expected[stage], f"zero_memory_per_gpu({n}, {w}, {stage}, p={p}, g={g}, o={o})")
         assert got[4] == n * (p + g + o), f"training_memory_bytes({n}, p={p}, g={g}, o={o}) = {got[4]}"
         assert all(a >= b for a, b in zip(got[:4], got[1:4])), f"memory grows with the stage: {got[:4]}"
 
@@ -250,17 +238,11 @@ def _bad_id(case) -> str:
     return f"{name}-{argument}-" + "-".join(map(str, [*args, *kwargs.values()]))
 
 
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=getattr(pytest.mark, c[0])) for c in BAD], ids=_bad_id
-)
+@pytest.mark.parametrize("case", [pytest.param(c, marks=getattr(pytest.mark, c[0])) for c in BAD], ids=_bad_id)
 def test_bad_input_raises_naming_the_argument(case):
     """Negative counts, a stage outside 0-3, a world of 0, a non-integer where one is needed, heads that
     tensor parallelism cannot split: ValueError or TypeError, and the message names the argument."""
     _, (name, args, kwargs), argument = case
     ((status, message),) = run_ranks(1, accounting_rank, [(name, args, kwargs)])[0]
-    assert status in ("ValueError", "TypeError"), (
-        f"{name}(*{args}, **{kwargs}) returned {message!r} instead of raising"
-    )
-    assert argument in message, (
-        f"{name}(*{args}, **{kwargs}): {status}({message!r}) does not name {argument!r}"
-    )
+    assert status in ("ValueError", "TypeError"), f"{name}(*{args}, **{kwargs}) returned {message!r} instead of raising"
+    assert argument in message, f"{name}(*{args}, **{kwargs}): {status}({message!r}) does not name {argument!r}"

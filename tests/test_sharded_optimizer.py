@@ -80,9 +80,7 @@ def train_rank(ctx, opt_name: str, stage: int):
             {
                 "params": {n: p.detach().clone() for n, p in model.named_parameters()},
                 "owned": sorted(n for n, p in model.named_parameters() if id(p) in owned),
-                "has_grad": sorted(
-                    n for n, p in model.named_parameters() if id(p) in managed and p.grad is not None
-                ),
+                "has_grad": sorted(n for n, p in model.named_parameters() if id(p) in managed and p.grad is not None),
             }
         )
     return history
@@ -298,9 +296,7 @@ def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world
         log = f"\nrank {rank}'s calls in step:\n{format_events(events)}"
         assert not [e for e in ops if "all_reduce" in e.op or "allreduce" in e.op], f"step all-reduced{log}"
         moved = sum(
-            e.numel * (world_size if "gather" in e.op else 1)
-            for e in ops
-            if "gather" in e.op or "broadcast" in e.op
+            e.numel * (world_size if "gather" in e.op else 1) for e in ops if "gather" in e.op or "broadcast" in e.op
         )
         assert total <= moved <= total + slack, (
             f"rank {rank}, stage {stage}: the parameter all-gather/broadcasts in step moved {moved} "
@@ -454,9 +450,7 @@ def test_fsdp_training_matches_a_plain_model_on_averaged_grads(world_size, name,
             got = [o[0][step]["state"][key] for o in outs]
             assert_ranks_close(got, value, what=f"{name} {dtype_name}, after step {step}, {key}", **tol)
     for rank, (_, matmuls, shard_dtypes) in enumerate(outs):
-        assert shard_dtypes == ["float32"], (
-            f"rank {rank}: FSDP.parameters() dtypes {shard_dtypes}, expected fp32"
-        )
+        assert shard_dtypes == ["float32"], f"rank {rank}: FSDP.parameters() dtypes {shard_dtypes}, expected fp32"
         want = ["float32"] if dtype_name == "fp32" else ["bfloat16"]
         assert matmuls == want, f"rank {rank}: matmuls ran in {matmuls}, expected {want} ({dtype_name})"
 
@@ -591,9 +585,7 @@ def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_gra
     chunks = [-(-m.weight.numel() // world_size) for m in model.modules() if isinstance(m, torch.nn.Linear)]
     for rank, (events, starts) in enumerate(run_ranks(world_size, fsdp_comm_rank)):
         log = f"\nrank {rank}'s calls:\n{format_events(events, limit=60)}"
-        assert len(starts) == len(chunks), (
-            f"rank {rank}: {len(starts)} of {len(chunks)} Linear layers ran{log}"
-        )
+        assert len(starts) == len(chunks), f"rank {rank}: {len(starts)} of {len(chunks)} Linear layers ran{log}"
         for i, count in enumerate(starts):
             assert i <= count <= i + 1, (
                 f"rank {rank}: Linear layer {i} started after {count} all-gathers; FSDP gathers each "
@@ -604,9 +596,7 @@ def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_gra
         forward = [e.numel for e in ops if "gather" in e.op and not e.in_backward]
         backward = [e.numel for e in ops if "gather" in e.op and e.in_backward]
         scattered = [e.numel for e in ops if "reduce_scatter" in e.op and e.in_backward]
-        assert forward == chunks, (
-            f"rank {rank}: forward all-gathered {forward} elements, expected {chunks}{log}"
-        )
+        assert forward == chunks, f"rank {rank}: forward all-gathered {forward} elements, expected {chunks}{log}"
         assert backward == chunks[::-1], (
             f"rank {rank}: backward all-gathered {backward} elements, expected every layer again in reverse "
             f"order {chunks[::-1]} (the gathered weights were freed after forward){log}"
@@ -655,6 +645,4 @@ def test_bad_arguments_raise_naming_the_argument_before_any_communication(world_
     for rank, (kind, message, sent) in enumerate(run_ranks(world_size, bad_input_rank, case)):
         assert kind is not None, f"rank {rank}, {case}: no TypeError/ValueError was raised"
         assert argument in message, f"rank {rank}, {case}: {kind}({message!r}) does not name {argument!r}"
-        assert not sent, (
-            f"rank {rank}, {case}: communicated before rejecting the input:\n{format_events(sent)}"
-        )
+        assert not sent, f"rank {rank}, {case}: communicated before rejecting the input:\n{format_events(sent)}"
