@@ -1,0 +1,217 @@
+"""Grade student submissions against the public and hidden tests; write Gradescope's results.json.
+
+    python scripts/grade.py submission.zip --out results.json          # one submission (zip or folder)
+    python scripts/grade.py sub/ --out r.json --parts collectives      # only part 1
+    python scripts/grade.py sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
+    python scripts/grade.py --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
+
+How (details in handouts/grading.md and scripts/grading/*.py): the submission's six part modules are
+read (never extracted) and placed, with the staff tests and the staff copies of the given helpers, in
+a private sandbox where ``reference_solutions`` cannot be imported. pytest runs there with the
+student implementation; student code runs only in the rank processes. Each test's outcome comes back
+over a signed pipe that the submission cannot write; a crash, hang or kill costs the test it hit,
+and the rest still run. Points come from scripts/grading/rubric.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts" / "grading"))
+
+from rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility  # noqa: E402
+from runner import RunRecord, Settings, become_subreaper, kill_descendants, run_tests  # noqa: E402
+from sandbox import StaffFiles, SubmissionError, read_submission  # noqa: E402
+
+
+def _test_files(rubric: Rubric, staff: StaffFiles) -> list[str]:
+    return [f for f in staff.test_files() if rubric.part_of(f) is not None]
+
+
+def _entry_output(entry, limit: int) -> str:
+    counted, failed = entry.counted, [c for c in entry.cases if c[1] not in ("passed", "skipped")]
+    lines = [f"{entry.passed} of {len(counted)} cases passed." if counted else "All cases were skipped."]
+    if entry.doc:
+        lines.insert(0, entry.doc)
+    if entry.pool == "public":
+        lines.append(f"Run it: pytest {entry.file} -k {entry.function}")
+    for nodeid, _, reason in entry.cases:
+        if _ == "skipped":
+            lines.append(f"skipped (not counted): {nodeid.split('::')[-1]}: {reason}")
+    if failed:
+        nodeid, _, text = failed[0]
+        lines.append(f"\n--- {nodeid.split('::')[-1]} ---\n{text.strip()}")
+        if len(failed) > 1:
+            lines.append("\nAlso failing: " + ", ".join(c[0].split("::")[-1] for c in failed[1:]))
+    out = "\n".join(lines)
+    return out if len(out) <= limit else out[: limit - 40] + "\n... (truncated)"
+
+
+def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float) -> dict:
+    entries, warnings = score(rubric, record.items, record.outcomes)
+    tests, per_part = [], {}
+    counters: dict[int, int] = {}
+    for e in entries:
+        counters[e.part.number] = counters.get(e.part.number, 0) + 1
+        tests.append({
+            "name": e.function + (" (hidden test)" if e.pool == "hidden" else ""),
+            "number": f"{e.part.number}.{counters[e.part.number]}",
+            "score": round(e.score, 3), "max_score": round(e.max_score, 3),
+            "status": "passed" if e.counted and e.passed == len(e.counted) else "failed",
+            "visibility": visibility(rubric, e), "tags": [e.part.name],
+            "output": _entry_output(e, rubric.max_output_chars),
+        })  # fmt: skip
+        got, most = per_part.get(e.part.name, (0.0, 0.0))
+        per_part[e.part.name] = (got + e.score, most + e.max_score)
+    total = round(sum(t["score"] for t in tests), 2)
+    summary = [f"Score: {total} / {round(sum(t['max_score'] for t in tests), 2)}  (graded in {seconds:.0f} s)"]
+    summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}" for n, (g, m) in per_part.items()]
+    summary += [f"Note: {n}" for n in notes + record.notes]
+    return {
+        "score": total, "execution_time": round(seconds, 1), "output": "\n".join(summary),
+        "output_format": "text", "stdout_visibility": "hidden", "tests": tests,
+        "extra_data": {"parts": {n: [round(g, 3), round(m, 3)] for n, (g, m) in per_part.items()},
+                       "warnings": warnings, "restarts": record.restarts},
+    }  # fmt: skip
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Atomic: a reader never sees half a file, and whatever was at ``path`` before is replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def grade_one(args) -> int:
+    start = time.monotonic()
+    become_subreaper()
+    work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
+    record, notes = RunRecord(), []
+    try:
+        rubric = load_rubric(args.rubric).select(args.parts.split(",") if args.parts else None)
+        staff = StaffFiles.snapshot(REPO)
+        try:
+            sub = read_submission(args.submission)
+        except SubmissionError as exc:
+            notes.append(f"the submission could not be read: {exc}")
+            sub = None
+        if sub is not None:
+            notes.extend(sub.notes)
+            if not sub.modules:
+                notes.append("no part module (collectives.py, ddp.py, ...) was found in the submission")
+            settings = Settings(
+                work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
+                test_timeout=args.test_timeout, budget=args.timeout,
+                worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl"
+                                                                                    else 4096),
+                run_as=args.run_as,
+            )  # fmt: skip
+            record = run_tests(settings, staff, sub, _test_files(rubric, staff))
+        results = build_results(rubric, record, notes, time.monotonic() - start)
+        code = 0 if record.items else 2
+    except Exception:  # noqa: BLE001 - the grader itself failed: say so visibly, never a silent 0
+        results = {"score": 0, "execution_time": round(time.monotonic() - start, 1), "tests": [],
+                   "output": "The autograder failed (not your fault); the staff will regrade.\n"
+                             + traceback.format_exc()[-3000:]}  # fmt: skip
+        code = 2
+    finally:
+        kill_descendants()
+        if args.staff_log:
+            Path(args.staff_log).write_text(record.staff_log)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    write_json(args.out, results)
+    print(results["output"])
+    return code
+
+
+# -- batch ---------------------------------------------------------------------------------------------
+
+
+def _batch(args) -> int:
+    from tqdm import tqdm
+
+    subs = sorted(p for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
+    out_dir = args.results_dir or args.batch.with_name(args.batch.name + "-results")
+    passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
+                   "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
+                   str(args.rubric)] + (["--parts", args.parts] if args.parts else []) + (
+                   ["--run-as", args.run_as] if args.run_as else [])  # fmt: skip
+
+    def one(sub: Path):
+        out = out_dir / f"{sub.stem}.json"
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, __file__, str(sub), "--out", str(out), *passthrough],
+                              capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
+        return sub, out, proc.returncode, time.monotonic() - start
+
+    rows = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool, tqdm(total=len(subs), unit="submission") as bar:
+        for fut in as_completed([pool.submit(one, s) for s in subs]):
+            sub, out, code, seconds = fut.result()
+            try:
+                res = json.loads(out.read_text())
+            except (OSError, ValueError):
+                res = {"score": 0, "tests": []}
+            parts = res.get("extra_data", {}).get("parts", {})
+            rows.append({"submission": sub.name, "score": res.get("score", 0),
+                         "max_score": round(sum(t.get("max_score", 0) for t in res.get("tests", [])), 2),
+                         **{p: v[0] for p, v in parts.items()}, "seconds": round(seconds),
+                         "status": "ok" if code == 0 else f"grader exit {code}"})  # fmt: skip
+            bar.set_postfix_str(f"{sub.name}: {res.get('score', 0)}")
+            bar.update()
+    rows.sort(key=lambda r: r["submission"])
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, columns, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
+    print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("submission", nargs="?", type=Path, help="a zip, or a folder holding cs336_systems/")
+    p.add_argument("--out", type=Path, default=Path("results.json"), help="results file (default results.json)")
+    p.add_argument("--batch", type=Path, help="grade every zip and folder in this folder instead")
+    p.add_argument("--csv", type=Path, help="--batch: write one row per submission here")
+    p.add_argument("--results-dir", type=Path, help="--batch: where each results JSON goes (default DIR-results)")
+    p.add_argument("--jobs", type=int, default=1, help="--batch: submissions graded at once (default 1)")
+    p.add_argument("--parts", help="comma-separated part names or numbers (default: all in the rubric)")
+    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="gloo (CPU) or nccl (GPUs)")
+    p.add_argument("--world-sizes", default="1,2,4", help="world sizes for distributed tests (default 1,2,4)")
+    p.add_argument("--deadline", type=float, default=30, help="seconds per distributed run before a hang is called")
+    p.add_argument("--test-timeout", type=float, default=240, help="seconds one test may take in all (default 240)")
+    p.add_argument("--timeout", type=float, default=2400, help="seconds for the whole grade (default 2400)")
+    p.add_argument("--memory-mb", type=int, help="address-space cap per rank (default 4096 on gloo, none on nccl)")
+    p.add_argument("--run-as", help="run the tests as this unprivileged user (when the grader runs as root)")
+    p.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="rubric file (default scripts/grading/rubric.toml)")
+    p.add_argument("--staff-log", type=Path, help="write pytest's own output and runner events here (for graders)")
+    p.add_argument("--keep", action="store_true", help="keep the sandbox folder (for debugging the grader)")
+    args = p.parse_args(argv)
+    if args.batch:
+        return _batch(args)
+    if args.submission is None:
+        p.error("give a SUBMISSION or --batch DIR")
+    return grade_one(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""The grader's pytest plugin: reports every test's outcome to the grader over a private, signed channel.
+
+Loaded by ``scripts/grading/runner.py`` as ``pytest -p cs336_grading_plugin`` inside the sandbox (the
+runner copies this file there under that name); never used by students.
+
+Why a channel of its own: the grader never reads pytest's stdout (a submission can print a fake
+summary) nor a results file (a submission can write one). Instead:
+- the runner passes an inherited pipe's write end (``--grading-fd``) that only this process holds
+  (rank processes are started with ``close_fds``), and a per-run secret key on a second pipe
+  (``--grading-key-fd``; not in argv or the environment, which other processes can read);
+- every line is JSON ``{"seq": n, ...}`` followed by an HMAC-SHA256 of that JSON under the key; the
+  runner drops lines that do not verify or arrive out of order;
+- this process makes itself non-dumpable, so a rank running as the same (non-root) user cannot read
+  its memory or its file descriptors through /proc (``scripts/grade.py --run-as`` covers root).
+
+It also hardens the one place where data from student code enters this process: the rank replies.
+The harness unpickles them; here only plain data (tensors, numbers, strings, containers, the
+harness's own dataclasses) may be rebuilt, so a crafted reply cannot run code in the judge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import hmac
+import io
+import json
+import os
+import pickle
+import types
+
+import pytest
+
+OUTPUT_LIMIT = 6000  # characters of failure text kept per test; the grader truncates further
+
+
+# -- restricted unpickling of rank replies -----------------------------------------------------------
+
+_TORCH_FUNCTIONS = {
+    ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"),
+    ("torch", "Size"),
+    ("torch", "device"),
+    ("collections", "OrderedDict"),
+    ("builtins", "set"),
+    ("builtins", "frozenset"),
+    ("builtins", "complex"),
+    ("builtins", "slice"),
+    ("builtins", "range"),
+    ("builtins", "bytearray"),
+}
+
+
+class RefusedReply(pickle.UnpicklingError):
+    """A rank sent back an object the grader does not rebuild."""
+
+
+class _StorageUnpickler(pickle.Unpickler):
+    """The pickle nested inside a tensor's storage: it needs no global at all."""
+
+    def find_class(self, module, name):
+        raise RefusedReply(f"a tensor's storage referred to {module}.{name}")
+
+
+_STORAGE_PICKLE = types.SimpleNamespace(
+    __name__="cs336_storage_pickle", Unpickler=_StorageUnpickler, load=lambda f, **kw: _StorageUnpickler(f, **kw).load()
+)
+
+
+def _load_storage(data: bytes):
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=False, pickle_module=_STORAGE_PICKLE)
+
+
+class _ReplyUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        import torch
+
+        if "." in name:
+            raise RefusedReply(f"{module}.{name}")
+        if (module, name) == ("torch.storage", "_load_from_bytes"):
+            return _load_storage
+        if (module, name) in _TORCH_FUNCTIONS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        if module.startswith("tests."):
+            obj = super().find_class(module, name)
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+                return obj
+        raise RefusedReply(
+            f"a rank sent back an object of type {module}.{name}; results may only hold tensors, numbers, "
+            "strings and containers of them"
+        )
+
+
+class _SafePickle:
+    """Stands in for the ``pickle`` module inside ``tests.harness.pool`` while grading."""
+
+    PicklingError = pickle.PicklingError
+    UnpicklingError = pickle.UnpicklingError
+    dumps = staticmethod(pickle.dumps)
+
+    @staticmethod
+    def loads(data: bytes):
+        return _ReplyUnpickler(io.BytesIO(data)).load()
+
+
+def _harden_pool() -> None:
+    from tests.harness import pool
+
+    pool.pickle = _SafePickle
+    original = pool.WorkerPool._receive
+
+    def _receive(self, r: int, task):
+        # A refused, malformed or oversized reply ends this pool (status "died"): the rank is not to be
+        # trusted any more, and its stale reply must not be read by the next test.
+        try:
+            reply = original(self, r, task)
+            if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
+                raise RefusedReply(f"a reply that is not a status dict: {type(reply).__name__}")
+            return reply
+        except Exception as exc:  # noqa: BLE001 - anything a hostile reply can raise here
+            return {"status": "died", "error": f"the rank sent back a reply the grader refuses: {exc}"[:500]}
+
+    pool.WorkerPool._receive = _receive
+
+
+def _make_undumpable() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(4, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+# -- the signed channel -----------------------------------------------------------------------------
+
+
+class _Channel:
+    def __init__(self, fd: int, key: bytes):
+        self.fd, self.key, self.seq = fd, key, 0
+
+    def send(self, event: str, **fields) -> None:
+        self.seq += 1
+        body = json.dumps({"seq": self.seq, "event": event, **fields}, separators=(",", ":"))
+        mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+        data = f"{body}\t{mac}\n".encode()
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+
+def _read_key(fd: int) -> bytes:
+    """The key arrives as one hex line on a second inherited pipe, closed right after."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        buf += chunk
+    os.close(fd)
+    return bytes.fromhex(buf.decode().strip())
+
+
+def _item_info(item: pytest.Item) -> dict:
+    return {
+        "nodeid": item.nodeid,
+        "file": item.nodeid.split("::", 1)[0],
+        "function": getattr(item, "originalname", None) or item.name.split("[", 1)[0],
+        "markers": sorted({m.name for m in item.iter_markers()}),
+        "doc": ((getattr(item, "function", None) and item.function.__doc__) or "").strip().split("\n")[0],
+    }
+
+
+class GradingReporter:
+    def __init__(self, channel: _Channel):
+        self.channel = channel
+        self.phases: dict[str, dict] = {}
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.channel.send("collect_error", nodeid=report.nodeid, output=str(report.longrepr)[-OUTPUT_LIMIT:])
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.channel.send("collected", items=[_item_info(i) for i in session.items])
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self.phases[nodeid] = {}
+        self.channel.send("start", nodeid=nodeid)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.phases.setdefault(report.nodeid, {})[report.when] = report
+
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        phases = self.phases.pop(nodeid, {})
+        failed = [r for r in phases.values() if r.failed]
+        call = phases.get("call")
+        if failed:
+            outcome, text = "failed", "\n".join(f"[{r.when}] {r.longreprtext}" for r in failed)
+        elif call is not None and call.passed:
+            outcome, text = "passed", ""
+        elif any(r.skipped for r in phases.values()):
+            skipped = next(r for r in phases.values() if r.skipped)
+            outcome, text = "skipped", str(skipped.longrepr[-1] if isinstance(skipped.longrepr, tuple) else "")
+        else:
+            outcome, text = "failed", "the test did not run to completion"
+        duration = sum(r.duration for r in phases.values())
+        self.channel.send("result", nodeid=nodeid, outcome=outcome, output=text[-OUTPUT_LIMIT:], duration=duration)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
+        self.channel.send("finished", exitstatus=int(exitstatus))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--grading-fd", type=int, default=None, help="(grader only) fd of the signed results channel")
+    parser.addoption("--grading-key-fd", type=int, default=None, help="(grader only) fd the channel's key comes on")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    fd = config.getoption("--grading-fd")
+    if fd is None:
+        return
+    _make_undumpable()
+    key = _read_key(config.getoption("--grading-key-fd"))
+    _harden_pool()
+    config.pluginmanager.register(GradingReporter(_Channel(fd, key)), "cs336-grading-reporter")

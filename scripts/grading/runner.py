@@ -1,0 +1,351 @@
+"""Run the staff tests on one sandbox and collect every test's outcome, whatever the submission does.
+
+    run = run_tests(settings, staff, submission, files)   # -> RunRecord(items, outcomes, notes)
+
+pytest runs in a child process (its own session) with the grading plugin, which reports over a
+signed pipe (see plugin.py). The runner reads only that pipe, never pytest's stdout. Then:
+- a test that makes no progress for ``test_timeout`` seconds is stopped (the pytest process and
+  everything under it are killed); a pytest process that dies (a submission can kill its parent,
+  or exhaust its memory) fails the test it was running. Either way the runner starts a fresh
+  pytest on a freshly rebuilt sandbox for the tests not yet reported, so one bad test costs one test;
+- this process is a child subreaper: anything a submission starts, even double-forked into a new
+  session, is reparented here and killed after every pytest run (frozen first, so it cannot fork);
+- the whole grade has a time budget; tests it leaves unrun score 0 with a message saying so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import hmac
+import json
+import os
+import resource
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox
+
+MAX_RESTARTS = 25
+MAX_LINE = 1 << 20
+KEEP_LOG = 20000  # characters of pytest's own stdout kept for staff (never shown to students)
+
+
+@dataclass
+class Settings:
+    work: Path  # private folder of this grade (sandbox, home, tmp, pytest log)
+    backend: str = "gloo"
+    world_sizes: str = "1,2,4"
+    deadline: float = 30.0  # the harness's per-run_ranks deadline
+    test_timeout: float = 240.0  # one test (all its runs) may take this long before it is stopped
+    budget: float = 2400.0  # the whole grade
+    worker_memory_mb: int = 4096  # address-space cap of each rank (0: none; CUDA needs none)
+    worker_log_mb: int = 64  # cap on what each rank may print
+    run_as: str | None = None  # run pytest and the ranks as this (unprivileged) user
+    extra_pytest_args: tuple[str, ...] = ()
+
+
+@dataclass
+class RunRecord:
+    items: list[dict] = field(default_factory=list)
+    outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)  # nodeid -> (outcome, text)
+    notes: list[str] = field(default_factory=list)  # for everyone (the results' top-level output)
+    staff_log: str = ""  # pytest's stdout tail and runner events (for graders)
+    restarts: int = 0
+
+
+# -- processes -----------------------------------------------------------------------------------------
+
+
+def become_subreaper() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    children, out, todo = _children_map(), [], [pid or os.getpid()]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_descendants() -> int:
+    """Kill every process below this one. Returns how many there were."""
+    seen: set[int] = set()
+    for _ in range(100):
+        pids = descendants()
+        if not pids:
+            break
+        seen.update(pids)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):  # freeze all first: a fork loop cannot outrun us
+            for p in pids:
+                try:
+                    os.kill(p, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        time.sleep(0.02)
+        _reap()
+    return len(seen)
+
+
+# -- the signed channel --------------------------------------------------------------------------------
+
+
+class ChannelReader:
+    def __init__(self, fd: int, key: bytes):
+        self.fd, self.key, self.buf, self.seq = fd, key, b"", 0
+        self.rejected = 0
+        self.closed = False
+
+    def read(self, timeout: float) -> list[dict]:
+        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
+        if not ready:
+            return []
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            self.closed = True
+        self.buf += chunk
+        events = []
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            event = self._verify(line)
+            if event is not None:
+                events.append(event)
+        if len(self.buf) > MAX_LINE:
+            self.buf, self.rejected = b"", self.rejected + 1
+        return events
+
+    def _verify(self, line: bytes) -> dict | None:
+        try:
+            body, mac = line.rsplit(b"\t", 1)
+            good = hmac.compare_digest(hmac.new(self.key, body, hashlib.sha256).hexdigest().encode(), mac)
+            event = json.loads(body) if good else None
+        except ValueError:
+            event = None
+        if event is None or event.get("seq") != self.seq + 1:
+            self.rejected += 1
+            return None
+        self.seq += 1
+        return event
+
+
+# -- one pytest process --------------------------------------------------------------------------------
+
+
+def _env(settings: Settings, sandbox: Path) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "HOME": str(settings.work / "home"),
+        "TMPDIR": str(settings.work / "tmp"),
+        "PYTHONPATH": str(sandbox),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "CS336_WORKER_LOG_LIMIT_MB": str(settings.worker_log_mb),
+        "CS336_WORKER_MEMORY_LIMIT_MB": str(settings.worker_memory_mb),
+    }
+    for key, value in os.environ.items():  # what GPU nodes need to find their devices and libraries
+        if key.startswith(("CUDA_", "NCCL_", "NVIDIA_")) or key in ("LD_LIBRARY_PATH", "GLOO_SOCKET_IFNAME"):
+            env[key] = value
+    return env
+
+
+def _limits(settings: Settings):
+    def apply() -> None:
+        # The judge process itself: bounded output files and, on CPU, bounded memory (it unpickles replies).
+        cap = max(4 * settings.worker_log_mb, 256) << 20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+        if settings.worker_memory_mb:
+            mem = max(4 * settings.worker_memory_mb, 16384) << 20
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def _pytest_cmd(settings: Settings, sandbox: Path, selection: list[str], fd: int, key_fd: int) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", *selection, "-p", PLUGIN_NAME, f"--grading-fd={fd}",
+        f"--grading-key-fd={key_fd}",
+        "--impl=student", f"--backend={settings.backend}", f"--world-sizes={settings.world_sizes}",
+        f"--deadline={settings.deadline}", "-m", "not harness and not staff", "-q", "-rN", "--tb=short",
+        "-p", "no:cacheprovider", f"--rootdir={sandbox}", "-c", str(sandbox / "pyproject.toml"),
+        "-o", f"timeout={int(settings.test_timeout)}", *settings.extra_pytest_args,
+    ]  # fmt: skip
+
+
+def _prepare_dirs(settings: Settings, sandbox: Path) -> None:
+    for d in ("home", "tmp"):
+        (settings.work / d).mkdir(parents=True, exist_ok=True)
+    if settings.run_as:
+        import pwd
+
+        pw = pwd.getpwnam(settings.run_as)
+        # The sandbox stays root's and read-only to the user; only home and tmp are the user's.
+        for d in ("home", "tmp"):
+            os.chown(settings.work / d, pw.pw_uid, pw.pw_gid)
+        for p in [sandbox, *sandbox.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        settings.work.chmod(0o755)
+
+
+def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, current: dict):
+    """One pytest process. Returns why it ended: finished, crashed, stalled or budget."""
+    key = secrets.token_bytes(32)
+    r, w = os.pipe()
+    key_r, key_w = os.pipe()
+    log_path = settings.work / "pytest.log"
+    user_kw = {}
+    if settings.run_as:
+        user_kw = {"user": settings.run_as, "group": _group_of(settings.run_as), "extra_groups": []}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            _pytest_cmd(settings, sandbox, selection, w, key_r), cwd=sandbox, env=_env(settings, sandbox),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=[w, key_r],
+            start_new_session=True, preexec_fn=_limits(settings), **user_kw,
+        )  # fmt: skip
+    os.close(w)
+    os.close(key_r)
+    os.write(key_w, key.hex().encode() + b"\n")  # 65 bytes: fits the pipe buffer, never blocks
+    os.close(key_w)
+    reader = ChannelReader(r, key)
+    last_progress = time.monotonic()
+    why = "crashed"
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline_at:
+                why = "budget"
+                break
+            if now - last_progress > settings.test_timeout + 30:
+                why = "stalled"
+                break
+            events = reader.read(min(1.0, deadline_at - now))
+            for ev in events:
+                last_progress = time.monotonic()
+                _apply(ev, record, current)
+                if ev["event"] == "finished":
+                    why = "finished"
+            if why == "finished" or (reader.closed and proc.poll() is not None):
+                break
+    finally:
+        os.close(r)
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        code = proc.wait()
+        leftover = kill_descendants()
+        record.staff_log += f"\n[runner] pytest ended: {why}, exit code {code}, {leftover} leftover processes killed\n"
+        record.staff_log += _tail(log_path)
+        if reader.rejected:
+            record.notes.append(
+                f"{reader.rejected} line(s) on the grader's private results channel failed verification and "
+                "were ignored (something other than the test runner wrote to it)"
+            )
+    current["exit"] = code
+    return why
+
+
+def _group_of(user: str) -> int:
+    import pwd
+
+    return pwd.getpwnam(user).pw_gid
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - KEEP_LOG))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _apply(ev: dict, record: RunRecord, current: dict) -> None:
+    kind = ev.get("event")
+    if kind == "collected" and not record.items:
+        record.items = ev["items"]
+    elif kind == "collect_error":
+        record.notes.append(f"collection error in {ev.get('nodeid')} (a staff problem):\n{ev.get('output', '')}")
+    elif kind == "start":
+        current["nodeid"], current["since"] = ev["nodeid"], time.monotonic()
+    elif kind == "result":
+        record.outcomes[ev["nodeid"]] = (ev["outcome"], ev.get("output", ""))
+        current.pop("nodeid", None)
+
+
+def run_tests(settings: Settings, staff: StaffFiles, sub: Submission, files: list[str]) -> RunRecord:
+    """Run ``files`` (sandbox-relative test files) against the submission; see the module docstring."""
+    record = RunRecord()
+    deadline_at = time.monotonic() + settings.budget
+    selection = list(files)
+    sandbox = settings.work / "sandbox"
+    while True:
+        record.notes.extend(n for n in build_sandbox(sandbox, staff, sub) if n not in record.notes)
+        _prepare_dirs(settings, sandbox)
+        current: dict = {}
+        why = _run_once(settings, sandbox, selection, deadline_at, record, current)
+        if not record.items:
+            record.notes.append(f"the grader could not collect the tests (pytest {why}); see the staff log")
+            return record
+        stuck = current.get("nodeid")
+        if stuck and stuck not in record.outcomes:
+            elapsed = time.monotonic() - current.get("since", time.monotonic())
+            record.outcomes[stuck] = ("failed", {
+                "stalled": f"stopped: no result after {elapsed:.0f} s (the per-test limit is "
+                           f"{settings.test_timeout:.0f} s); the process running it was killed",
+                "budget": f"stopped: the grader's time budget ({settings.budget:.0f} s) ran out during this test",
+                "crashed": f"the test process died during this test (exit code {current.get('exit')}): the "
+                           "submission killed it or exhausted its memory; the remaining tests ran in a fresh one",
+            }.get(why, f"ended by {why}"))  # fmt: skip
+        remaining = [i["nodeid"] for i in record.items if i["nodeid"] not in record.outcomes]
+        if why == "finished" or not remaining:
+            break
+        if why == "budget" or time.monotonic() >= deadline_at:
+            reason = f"not run: the grader's time budget ({settings.budget:.0f} s) ran out"
+            record.outcomes.update({n: ("failed", reason) for n in remaining})
+            break
+        record.restarts += 1
+        if record.restarts > MAX_RESTARTS:
+            reason = f"not run: the test process died {MAX_RESTARTS} times; the grader gave up"
+            record.outcomes.update({n: ("failed", reason) for n in remaining})
+            break
+        selection = remaining
+    return record

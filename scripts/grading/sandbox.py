@@ -1,0 +1,157 @@
+"""What goes into a grading sandbox, and from where: staff files from memory, part modules from the submission.
+
+    staff = StaffFiles.snapshot(REPO)             # read once, before any student code runs
+    sub = read_submission(Path("sub.zip"))        # only the six part modules, as bytes
+    build_sandbox(dest, staff, sub)               # rebuilt from memory before every pytest start
+
+The sandbox holds the staff tests (public and hidden), the harness, pyproject.toml, the given
+helpers of ``cs336_systems`` (``__init__``, ``models``, ``utils``: always the staff copies) and the
+student's part modules (or the staff stub for a module the submission lacks). It never holds
+``reference_solutions``: a placeholder package of that name raises ImportError, so that a
+submission importing the reference fails loudly instead of finding an installed copy.
+
+Submissions are read, never extracted: no path from a zip ever reaches the file system, symlinks
+are refused, and sizes are capped (a zip bomb stops at the cap).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "tensor_parallel", "pipeline", "accounting")
+MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; 2 MiB is far beyond any real one
+PLUGIN_NAME = "cs336_grading_plugin"
+# Staff folders under tests/ that never enter a sandbox: grader tests and mutants use the reference.
+STAFF_ONLY_TESTS = ("tests/grader/", "tests/mutants/")
+REFERENCE_PLACEHOLDER = '''"""Not available while grading."""
+
+raise ImportError(
+    "reference_solutions is the staff reference and is not available to submissions: "
+    "implement the modules in cs336_systems yourself"
+)
+'''
+
+
+class SubmissionError(ValueError):
+    """The submission cannot be read at all (not a zip or a folder, unreadable zip)."""
+
+
+@dataclass
+class Submission:
+    modules: dict[str, bytes] = field(default_factory=dict)  # part module name -> source
+    notes: list[str] = field(default_factory=list)  # what the student should know (shown in the output)
+
+
+def _pick(candidates: dict[str, list[str]], notes: list[str]) -> dict[str, str]:
+    """module -> chosen path: prefer a path inside a ``cs336_systems`` folder, then the shallowest."""
+    chosen = {}
+    for module, paths in candidates.items():
+        paths = sorted(paths, key=lambda p: ("cs336_systems/" not in f"/{p}", p.count("/"), p))
+        chosen[module] = paths[0]
+        if len(paths) > 1:
+            notes.append(f"{module}.py: several copies in the submission; graded {paths[0]}")
+    return chosen
+
+
+def _candidates(names: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name in names:
+        parts = name.replace("\\", "/").split("/")
+        if any(p in ("__MACOSX", "..") or p.startswith(".") for p in parts[:-1]):
+            continue
+        stem, _, ext = parts[-1].rpartition(".")
+        if ext == "py" and stem in PART_MODULES:
+            out.setdefault(stem, []).append("/".join(parts))
+    return out
+
+
+def read_submission(path: Path) -> Submission:
+    """The part modules of a zip or a folder (``cs336_systems/x.py`` at any depth, or loose ``x.py``)."""
+    sub = Submission()
+    if path.is_dir():
+        files = {}
+        for dirpath, _dirs, names in os.walk(path):  # never follows a symlinked folder
+            for name in names:
+                p = Path(dirpath) / name
+                files[p.relative_to(path).as_posix()] = p
+        for module, rel in _pick(_candidates(list(files)), sub.notes).items():
+            p = files[rel]
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                sub.notes.append(f"{rel}: a symbolic link; refused (submit the file itself)")
+            elif st.st_size > MAX_MODULE_BYTES:
+                sub.notes.append(f"{rel}: {st.st_size} bytes is over the {MAX_MODULE_BYTES} byte limit; refused")
+            else:
+                sub.modules[module] = p.read_bytes()
+    elif zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                infos = {i.filename: i for i in zf.infolist() if not i.is_dir()}
+                for module, name in _pick(_candidates(list(infos)), sub.notes).items():
+                    info = infos[name]
+                    if stat.S_ISLNK(info.external_attr >> 16):
+                        sub.notes.append(f"{name}: a symbolic link; refused (submit the file itself)")
+                        continue
+                    with zf.open(info) as f:
+                        data = f.read(MAX_MODULE_BYTES + 1)  # never trust file_size: read at most the cap
+                    if len(data) > MAX_MODULE_BYTES:
+                        sub.notes.append(f"{name}: over the {MAX_MODULE_BYTES} byte limit; refused")
+                    else:
+                        sub.modules[module] = data
+        except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError) as exc:
+            raise SubmissionError(f"{path.name}: cannot read the zip ({exc})") from exc
+    else:
+        raise SubmissionError(f"{path}: neither a folder nor a zip file")
+    return sub
+
+
+@dataclass
+class StaffFiles:
+    """The staff files a sandbox needs, held in memory: what a submission does on disk cannot alter them."""
+
+    files: dict[str, bytes]
+
+    @classmethod
+    def snapshot(cls, repo: Path) -> StaffFiles:
+        files = {}
+        for sub in ("tests", "cs336_systems"):
+            for p in sorted((repo / sub).rglob("*")):
+                rel = p.relative_to(repo).as_posix()
+                if not p.is_file() or "__pycache__" in rel or rel.startswith(STAFF_ONLY_TESTS):
+                    continue
+                if p.suffix in (".py", ".md", ".toml", ".json", ".txt"):
+                    files[rel] = p.read_bytes()
+        files["pyproject.toml"] = (repo / "pyproject.toml").read_bytes()
+        files[f"{PLUGIN_NAME}.py"] = (repo / "scripts/grading/plugin.py").read_bytes()
+        files["reference_solutions/__init__.py"] = REFERENCE_PLACEHOLDER.encode()
+        return cls(files)
+
+    def test_files(self) -> list[str]:
+        return sorted(f for f in self.files if f.startswith("tests/") and Path(f).name.startswith("test_"))
+
+
+def build_sandbox(dest: Path, staff: StaffFiles, sub: Submission) -> list[str]:
+    """(Re)create ``dest`` from memory. Returns notes on modules taken from the stubs."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    notes = []
+    for rel, data in staff.files.items():
+        module = rel.removeprefix("cs336_systems/").removesuffix(".py")
+        if rel.startswith("cs336_systems/") and module in PART_MODULES:
+            if module in sub.modules:
+                data = sub.modules[module]
+            else:
+                notes.append(f"{module}.py is not in the submission: its tests run against the unchanged stub")
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    for module, data in sub.modules.items():  # a part module the staff tree has no file for yet
+        target = dest / "cs336_systems" / f"{module}.py"
+        if not target.exists():
+            target.write_bytes(data)
+    return notes
