@@ -19,6 +19,7 @@ import torch.distributed as dist
 from cs336_systems.models import DeepMLP
 from cs336_systems.utils import random_batch
 from tests.harness import assert_ranks_close, run_ranks
+from tests.harness.bad_input import assert_rejected_before_communicating, rejection
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 D_MODEL, D_FF, LAYERS, BATCH, STEPS = 16, 32, 3, 4, 4
@@ -609,7 +610,7 @@ def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_gra
 
 # -- tests: bad input -------------------------------------------------------------------------------
 
-BAD_INPUT = {  # case -> (the argument the message must name, task)
+BAD_INPUT = {  # case -> (the argument the message must name, task); all are TypeErrors
     "optimizer_cls_name": ("optimizer_cls", "task3_1"),
     "optimizer_instance": ("optimizer_cls", "task3_1"),
     "fsdp_module": ("module", "task3_3"),
@@ -628,21 +629,13 @@ def bad_input_rank(ctx, case: str):
         "fsdp_module": lambda: zero.FSDP(list(model.parameters())),
         "fsdp_compute_dtype": lambda: zero.FSDP(model, compute_dtype=torch.int64),
     }[case]
-    with CommRecorder() as rec:
-        try:
-            build()
-        except (TypeError, ValueError) as exc:
-            return type(exc).__name__, str(exc), calls(rec.events)
-    return None, None, calls(rec.events)
+    return rejection(build)
 
 
 @pytest.mark.parametrize(
     "case", [pytest.param(c, marks=getattr(pytest.mark, task)) for c, (_, task) in BAD_INPUT.items()]
 )
 def test_bad_arguments_raise_naming_the_argument_before_any_communication(world_size, case):
-    """A TypeError/ValueError naming the argument, on every rank, with nothing sent first."""
-    argument = BAD_INPUT[case][0]
-    for rank, (kind, message, sent) in enumerate(run_ranks(world_size, bad_input_rank, case)):
-        assert kind is not None, f"rank {rank}, {case}: no TypeError/ValueError was raised"
-        assert argument in message, f"rank {rank}, {case}: {kind}({message!r}) does not name {argument!r}"
-        assert not sent, f"rank {rank}, {case}: communicated before rejecting the input:\n{format_events(sent)}"
+    """A TypeError naming the argument, on every rank, with nothing sent first."""
+    outs = run_ranks(world_size, bad_input_rank, case)
+    assert_rejected_before_communicating(outs, case, "TypeError", BAD_INPUT[case][0])
