@@ -75,7 +75,7 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
         })  # fmt: skip
         got, most = per_part.get(e.part.name, (0.0, 0.0))
         per_part[e.part.name] = (got + e.score, most + e.max_score)
-    total = round(sum(t["score"] for t in tests), 2)
+    total = round(sum(t["score"] for t in tests), 3)
     summary = [f"Score: {total} / {round(sum(t['max_score'] for t in tests), 2)}  (graded in {seconds:.0f} s)"]
     summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}" for n, (g, m) in per_part.items()]
     summary += [f"Note: {n}" for n in notes + record.notes]
@@ -117,7 +117,7 @@ def grade_one(args) -> int:
                 test_timeout=args.test_timeout, budget=args.timeout,
                 worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl"
                                                                                     else 4096),
-                run_as=args.run_as,
+                run_as=args.run_as, extra_pytest_args=("-k", args.select) if args.select else (),
             )  # fmt: skip
             record = run_tests(settings, staff, sub, _test_files(rubric, staff))
         results = build_results(rubric, record, notes, time.monotonic() - start)
@@ -148,7 +148,7 @@ def _batch(args) -> int:
     out_dir = args.results_dir or args.batch.with_name(args.batch.name + "-results")
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
                    "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
-                   str(args.rubric)] + (["--parts", args.parts] if args.parts else []) + (
+                   str(args.rubric)] + (["--parts", args.parts] if args.parts else []) + (["--select", args.select] if args.select else []) + (
                    ["--run-as", args.run_as] if args.run_as else [])  # fmt: skip
 
     def one(sub: Path):
@@ -195,6 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--results-dir", type=Path, help="--batch: where each results JSON goes (default DIR-results)")
     p.add_argument("--jobs", type=int, default=1, help="--batch: submissions graded at once (default 1)")
     p.add_argument("--parts", help="comma-separated part names or numbers (default: all in the rubric)")
+    p.add_argument("--select", help="only tests matching this pytest -k expression (regrading one test)")
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="gloo (CPU) or nccl (GPUs)")
     p.add_argument("--world-sizes", default="1,2,4", help="world sizes for distributed tests (default 1,2,4)")
     p.add_argument("--deadline", type=float, default=30, help="seconds per distributed run before a hang is called")

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Gradescope runs this once, as root, when building the autograder image (Ubuntu base image).
+# The autograder zip holds this file and run_autograder at its root and the kit under source/;
+# build it with: python scripts/grading/make_autograder_zip.py  (see handouts/grading.md).
+set -euo pipefail
+apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
+python3 -m venv /opt/cs336
+# CPU wheels of torch; on a GPU image drop --index-url to get the CUDA build.
+/opt/cs336/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+/opt/cs336/bin/pip install -q numpy pytest pytest-timeout hypothesis tqdm tomli
+# Dependencies only: the kit itself is NOT installed, so reference_solutions is importable from nowhere.
+# Student code runs as this unprivileged user, who cannot read the staff source or the results.
+id -u cs336student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin cs336student
+chmod -R go-rwx /autograder/source

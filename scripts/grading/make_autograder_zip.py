@@ -1,0 +1,41 @@
+"""Build the Gradescope autograder zip: setup.sh and run_autograder at its root, the kit under source/.
+
+    python scripts/grading/make_autograder_zip.py              # writes out/autograder.zip
+
+The zip holds what grading needs (tests with the hidden ones, the harness, the stubs and given helpers,
+the grader and its rubric) and NOT reference_solutions: no copy of the reference exists on the
+grading machine for a submission to find. Upload it under "Configure Autograder" (see handouts/grading.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KEEP = ("pyproject.toml", "cs336_systems/", "tests/", "scripts/")
+DROP = ("tests/grader/", "tests/mutants/")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=REPO / "out" / "autograder.zip")
+    args = p.parse_args()
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(args.out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in ("setup.sh", "run_autograder"):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = 0o755 << 16
+            zf.writestr(info, (REPO / "scripts/grading/gradescope" / name).read_bytes())
+        kept = [f for f in files if f.startswith(KEEP) and not f.startswith(DROP) and (REPO / f).is_file()]
+        for f in kept:
+            zf.write(REPO / f, f"source/{f}")
+    print(f"wrote {args.out} ({len(kept)} source files)")
+
+
+if __name__ == "__main__":
+    main()
