@@ -148,8 +148,9 @@ def _batch(args) -> int:
     out_dir = args.results_dir or args.batch.with_name(args.batch.name + "-results")
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
                    "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
-                   str(args.rubric)] + (["--parts", args.parts] if args.parts else []) + (["--select", args.select] if args.select else []) + (
-                   ["--run-as", args.run_as] if args.run_as else [])  # fmt: skip
+                   str(args.rubric)]  # fmt: skip
+    for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as)):
+        passthrough += [flag, value] if value else []
 
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"

@@ -28,40 +28,62 @@ CONTROL = "broadcast_copies_src_tensor_to_every_rank"
 SELECT = f"({ATTACKED} or {CONTROL}) and float32 and not last"
 
 # name -> (code appended to the module (redefining all_reduce) or prepended (import time), expected text)
-ALL_REDUCE = "\ndef all_reduce(tensor, op='sum', group=None):\n"
+ALL_REDUCE = "\nimport os\n\n\ndef all_reduce(tensor, op='sum', group=None):\n"
 CASES = {
     "infinite_loop": (ALL_REDUCE + "    while True:\n        pass\n", "hung: no answer within"),
     "deadlock": (ALL_REDUCE + "    if dist.get_rank() == 0:\n        dist.recv(tensor, src=1)\n", "hung"),
     "os_exit": (ALL_REDUCE + "    import os\n    os._exit(0)\n", "exited with code 0"),
     "segfault": (ALL_REDUCE + "    import ctypes\n    ctypes.string_at(0)\n", "SIGSEGV"),
-    "fake_summary": (ALL_REDUCE + "    print('=== 99 passed in 0.1s ===')\n    print('{\"score\": 100}')\n"
-                     "    tensor.zero_()\n", "elements differ"),
+    "fake_summary": (
+        ALL_REDUCE + "    print('=== 99 passed in 0.1s ===')\n    print('{\"score\": 100}')\n    tensor.zero_()\n",
+        "elements differ",
+    ),
     "monkeypatch_torch": (
         "\nimport torch, torch.testing, _pytest.outcomes\ntorch.allclose = lambda *a, **k: True\n"
         "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
         "torch.testing.assert_close = lambda *a, **k: None\ndist.all_reduce = lambda *a, **k: None\n"
-        "_pytest.outcomes.fail = lambda *a, **k: None\n" + ALL_REDUCE + "    tensor.add_(1)\n", "elements differ"),
-    "import_reference": (ALL_REDUCE + "    from reference_solutions.collectives import all_reduce as ar\n"
-                         "    ar(tensor, op, group)\n", "not available to submissions"),
-    "big_output": (ALL_REDUCE + "    import sys\n    chunk = 'x' * (1 << 20)\n    for _ in range(100):\n"
-                   "        sys.stdout.write(chunk)\n    raise RuntimeError('after 100 MB')\n", "RuntimeError"),
-    "memory_hog": (ALL_REDUCE + "    hog = []\n    while True:\n        hog.append(bytearray(1 << 26))\n", "MemoryError"),
-    "orphan_process": (ALL_REDUCE + "    import subprocess\n    subprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
-                       "    if os.fork() == 0:\n        os.setsid()\n        os.execvp('sleep', ['sleep', '1000.5'])\n"
-                       "    tensor.zero_()\n", "elements differ"),
-    "kill_the_judge": (ALL_REDUCE + "    import signal\n    os.kill(os.getppid(), signal.SIGKILL)\n", "test process died"),
-    "forged_reply": (ALL_REDUCE + "    import pickle, struct, sys\n    fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
-                     "    class Evil:\n        def __reduce__(self):\n"
-                     "            return (exec, ('open(\"/tmp/cs336-pwned\", \"w\").write(\"x\")',))\n"
-                     "    data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
-                     "    os.write(fd, struct.pack('!i', len(data)) + data)\n    import time\n    time.sleep(60)\n",
-                     "refuses"),
+        "_pytest.outcomes.fail = lambda *a, **k: None\n" + ALL_REDUCE + "    tensor.add_(1)\n",
+        "elements differ",
+    ),
+    "import_reference": (
+        ALL_REDUCE + "    from reference_solutions.collectives import all_reduce as ar\n    ar(tensor, op, group)\n",
+        "not available to submissions",
+    ),
+    "big_output": (
+        ALL_REDUCE + "    import sys\n    chunk = 'x' * (1 << 20)\n    for _ in range(100):\n"
+        "        sys.stdout.write(chunk)\n    raise RuntimeError('after 100 MB')\n",
+        "File too large",
+    ),
+    "memory_hog": (
+        ALL_REDUCE + "    hog = []\n    while True:\n        hog.append(bytearray(1 << 29))\n",
+        "MemoryError",
+    ),
+    "orphan_process": (
+        ALL_REDUCE + "    import subprocess\n    subprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
+        "    if os.fork() == 0:\n        os.setsid()\n        os.execvp('sleep', ['sleep', '1000.5'])\n"
+        "    tensor.zero_()\n",
+        "elements differ",
+    ),
+    "kill_the_judge": (
+        ALL_REDUCE + "    import signal\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+        "test process died",
+    ),
+    "forged_reply": (
+        ALL_REDUCE + "    import pickle, struct, sys\n    fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
+        "    class Evil:\n        def __reduce__(self):\n"
+        '            return (exec, (\'open("/tmp/cs336-pwned", "w").write("x")\',))\n'
+        "    data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
+        "    os.write(fd, struct.pack('!i', len(data)) + data)\n    import time\n    time.sleep(60)\n",
+        "refuses",
+    ),
     "write_fake_results": (
         ALL_REDUCE + "    from pathlib import Path\n    import json\n"
         "    for p in [Path(os.environ.get('CS336_FAKE_OUT', '/nonexistent')), Path.cwd() / 'results.json']:\n"
         "        try:\n            p.write_text(json.dumps({'score': 1000, 'tests': []}))\n        except OSError:\n"
         "            pass\n    for t in Path.cwd().glob('tests/*.py'):\n"
-        "        t.write_text('def test_fake():\\n    pass\\n')\n    tensor.zero_()\n", "elements differ"),
+        "        t.write_text('def test_fake():\\n    pass\\n')\n    tensor.zero_()\n",
+        "elements differ",
+    ),
 }
 IMPORT_CASES = {
     "sys_exit_at_import": ("import sys\nsys.exit(0)\n", "SystemExit"),
@@ -111,7 +133,8 @@ def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path,
 @pytest.mark.parametrize("case", IMPORT_CASES)
 def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, case):
     code, expect = IMPORT_CASES[case]
-    results, seconds, _ = _grade(tmp_path, code + REFERENCE)
+    head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
+    results, seconds, _ = _grade(tmp_path, head + future + code + rest)
     assert results["score"] == 0 and results["tests"], results
     for t in results["tests"]:
         assert t["status"] == "failed" and expect in t["output"], t["output"]
