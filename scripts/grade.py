@@ -75,8 +75,8 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
         })  # fmt: skip
         got, most = per_part.get(e.part.name, (0.0, 0.0))
         per_part[e.part.name] = (got + e.score, most + e.max_score)
-    total = round(sum(t["score"] for t in tests), 3)
-    summary = [f"Score: {total} / {round(sum(t['max_score'] for t in tests), 2)}  (graded in {seconds:.0f} s)"]
+    total, most = round(sum(e.score for e in entries), 3), round(sum(e.max_score for e in entries), 3)
+    summary = [f"Score: {total} / {most}  (graded in {seconds:.0f} s)"]
     summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}" for n, (g, m) in per_part.items()]
     summary += [f"Note: {n}" for n in notes + record.notes]
     return {

@@ -265,6 +265,11 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
                 break
     finally:
         os.close(r)
+        if why == "finished":  # let pytest shut its worker pools down itself
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
         if proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
