@@ -14,11 +14,4 @@ mkdir -p "$submission/cs336_systems"
 cp reference_solutions/*.py "$submission/cs336_systems/"
 mkdir -p out
 .venv/bin/python scripts/grade.py "$submission" --out out/results.json "$@"
-.venv/bin/python - <<'PY'
-import json
-r = json.load(open("out/results.json"))
-tests = r.get("tests", [])
-full = sum(t.get("max_score", 0) for t in tests)
-print(f"\nstaff reference: {r.get('score')} / {full} points, {sum(t.get('status') == 'passed' for t in tests)}"
-      f" of {len(tests)} rubric entries passed, in {r.get('execution_time', 0):.0f} s (out/results.json)")
-PY
+echo "results: out/results.json"
