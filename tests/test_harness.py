@@ -136,6 +136,19 @@ def test_a_rank_that_exits_or_crashes_fails_the_test(world_size, how, expected):
     assert [o["rank"] for o in run_ranks(world_size, identity_rank)] == list(range(world_size))
 
 
+def return_object_rank(ctx):
+    import argparse
+
+    return argparse.Namespace(rank=ctx.rank)  # not plain data: the parent must not rebuild it
+
+
+@pytest.mark.world_sizes(2)
+def test_replies_holding_arbitrary_objects_are_refused_by_the_parent(world_size):
+    with pytest.raises(RankFailure, match="reply was refused: a rank sent back an object of type argparse.Namespace"):
+        run_ranks(world_size, return_object_rank)
+    assert [o["rank"] for o in run_ranks(world_size, identity_rank)] == list(range(world_size))
+
+
 def test_local_functions_are_refused_with_a_clear_message():
     def local(ctx):
         return 0

@@ -13,119 +13,21 @@ summary) nor a results file (a submission can write one). Instead:
 - this process makes itself non-dumpable, so a rank running as the same (non-root) user cannot read
   its memory or its file descriptors through /proc (``scripts/grade.py --run-as`` covers root).
 
-It also hardens the one place where data from student code enters this process: the rank replies.
-The harness unpickles them; here only plain data (tensors, numbers, strings, containers, the
-harness's own dataclasses) may be rebuilt, so a crafted reply cannot run code in the judge.
+The one place where data from student code enters this process, the rank replies, is hardened by
+the harness itself (tests/harness/replies.py: only plain data is rebuilt).
 """
 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import hashlib
 import hmac
-import io
 import json
 import os
-import pickle
-import types
 
 import pytest
 
 OUTPUT_LIMIT = 6000  # characters of failure text kept per test; the grader truncates further
-
-
-# -- restricted unpickling of rank replies -----------------------------------------------------------
-
-_TORCH_FUNCTIONS = {
-    ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._utils", "_rebuild_parameter"),
-    ("torch", "Size"),
-    ("torch", "device"),
-    ("collections", "OrderedDict"),
-    ("builtins", "set"),
-    ("builtins", "frozenset"),
-    ("builtins", "complex"),
-    ("builtins", "slice"),
-    ("builtins", "range"),
-    ("builtins", "bytearray"),
-}
-
-
-class RefusedReply(pickle.UnpicklingError):
-    """A rank sent back an object the grader does not rebuild."""
-
-
-class _StorageUnpickler(pickle.Unpickler):
-    """The pickle nested inside a tensor's storage: it needs no global at all."""
-
-    def find_class(self, module, name):
-        raise RefusedReply(f"a tensor's storage referred to {module}.{name}")
-
-
-_STORAGE_PICKLE = types.SimpleNamespace(
-    __name__="cs336_storage_pickle", Unpickler=_StorageUnpickler, load=lambda f, **kw: _StorageUnpickler(f, **kw).load()
-)
-
-
-def _load_storage(data: bytes):
-    import torch
-
-    return torch.load(io.BytesIO(data), weights_only=False, pickle_module=_STORAGE_PICKLE)
-
-
-class _ReplyUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        import torch
-
-        if "." in name:
-            raise RefusedReply(f"{module}.{name}")
-        if (module, name) == ("torch.storage", "_load_from_bytes"):
-            return _load_storage
-        if (module, name) in _TORCH_FUNCTIONS:
-            return super().find_class(module, name)
-        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if module.startswith("tests."):
-            obj = super().find_class(module, name)
-            if isinstance(obj, type) and dataclasses.is_dataclass(obj):
-                return obj
-        raise RefusedReply(
-            f"a rank sent back an object of type {module}.{name}; results may only hold tensors, numbers, "
-            "strings and containers of them"
-        )
-
-
-class _SafePickle:
-    """Stands in for the ``pickle`` module inside ``tests.harness.pool`` while grading."""
-
-    PicklingError = pickle.PicklingError
-    UnpicklingError = pickle.UnpicklingError
-    dumps = staticmethod(pickle.dumps)
-
-    @staticmethod
-    def loads(data: bytes):
-        return _ReplyUnpickler(io.BytesIO(data)).load()
-
-
-def _harden_pool() -> None:
-    from tests.harness import pool
-
-    pool.pickle = _SafePickle
-    original = pool.WorkerPool._receive
-
-    def _receive(self, r: int, task):
-        # A refused, malformed or oversized reply ends this pool (status "died"): the rank is not to be
-        # trusted any more, and its stale reply must not be read by the next test.
-        try:
-            reply = original(self, r, task)
-            if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
-                raise RefusedReply(f"a reply that is not a status dict: {type(reply).__name__}")
-            return reply
-        except Exception as exc:  # noqa: BLE001 - anything a hostile reply can raise here
-            return {"status": "died", "error": f"the rank sent back a reply the grader refuses: {exc}"[:500]}
-
-    pool.WorkerPool._receive = _receive
 
 
 def _make_undumpable() -> None:
@@ -224,5 +126,4 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     _make_undumpable()
     key = _read_key(config.getoption("--grading-key-fd"))
-    _harden_pool()
     config.pluginmanager.register(GradingReporter(_Channel(fd, key)), "cs336-grading-reporter")

@@ -74,7 +74,7 @@ CASES = {
         '            return (exec, (\'open("/tmp/cs336-pwned", "w").write("x")\',))\n'
         "    data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
         "    os.write(fd, struct.pack('!i', len(data)) + data)\n    import time\n    time.sleep(60)\n",
-        "refuses",
+        "reply was refused",
     ),
     "write_fake_results": (
         ALL_REDUCE + "    from pathlib import Path\n    import json\n"

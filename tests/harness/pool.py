@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from tests.harness.replies import RefusedReply, load_reply
+
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
@@ -140,7 +142,12 @@ class WorkerPool:
     def _receive(self, r: int, task) -> dict:
         rank = self.ranks[r]
         try:
-            reply = pickle.loads(rank.conn.recv_bytes())
+            reply = load_reply(rank.conn.recv_bytes())
+            if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
+                raise RefusedReply(f"a reply that is not a status dict: {type(reply).__name__}")
+        except (RefusedReply, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as exc:
+            # The rank is not to be trusted any more: "died" ends the pool after this test.
+            return {"status": "died", "error": f"its reply was refused: {exc}"[:1000]}
         except (EOFError, OSError):
             try:
                 code = rank.proc.wait(timeout=5)
