@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 STAFF_PATHS = (
     "reference_solutions/", "tests/hidden/", "tests/grader/", "tests/mutants/", "tests/test_api_parity.py",
     "scripts/grade.py", "scripts/grading/", "scripts/make_student_release.py", "handouts/grading.md",
+    "scripts/main.sh", ".ci/",
 )  # fmt: skip
 STAFF_SECTION = re.compile(r"<!-- staff -->.*?<!-- /staff -->\n?", re.S)
 
