@@ -12,7 +12,7 @@ from tests.mutants.runner import assert_mutant_killed
 
 pytestmark = pytest.mark.staff
 
-ZERO, ACCOUNTING = "tests/test_sharded_optimizer.py", "tests/test_accounting.py"
+ZERO, FSDP, ACCOUNTING = "tests/test_sharded_optimizer.py", "tests/test_fsdp.py", "tests/test_accounting.py"
 
 # mutant package -> (suite, -k selection, text the failure must show); world size 2 throughout
 MUTANTS = {
@@ -23,15 +23,15 @@ MUTANTS = {
     "zero_stage2_all_reduce": (ZERO, "step_sends_each", "step all-reduced"),
     "zero_stage2_keeps_grads": (ZERO, "keeps_only_the_owned", "frees the grads a rank does not own"),
     "zero_add_group_ignored": (ZERO, "stage1_matches and sgd", "after step 2, 3."),
-    "zero_fsdp_keeps_gathered_weights": (ZERO, "fsdp_holds", "Something keeps full weights"),
-    "zero_fsdp_autograd_gather": (ZERO, "fsdp_holds", "must be freed once the layer has run"),
+    "zero_fsdp_keeps_gathered_weights": (FSDP, "fsdp_holds", "Something keeps full weights"),
+    "zero_fsdp_autograd_gather": (FSDP, "fsdp_holds", "must be freed once the layer has run"),
     "zero_fsdp_grad_not_averaged": (
-        ZERO,
+        FSDP,
         "fsdp_training and deep_mlp-fp32-sgd",
         "deep_mlp fp32, after step 0",
     ),
-    "zero_fsdp_ignores_compute_dtype": (ZERO, "fsdp_training and bf16", "matmuls ran in ['float32']"),
-    "zero_fsdp_gathers_everything_first": (ZERO, "fsdp_gathers", "not all at once"),
+    "zero_fsdp_ignores_compute_dtype": (FSDP, "fsdp_training and bf16", "matmuls ran in ['float32']"),
+    "zero_fsdp_gathers_everything_first": (FSDP, "fsdp_gathers", "not all at once"),
     "accounting_stage2_as_stage1": (ACCOUNTING, "figure_1", "stage=2"),
     "accounting_bubble_ratio": (ACCOUNTING, "bubble_and_ring", "p4 m8: expected"),
     "accounting_ring_one_pass": (ACCOUNTING, "bubble_and_ring", "N8: expected"),
