@@ -56,7 +56,8 @@ CASES = {
     ),
     "memory_hog": (
         ALL_REDUCE + "    hog = []\n    while True:\n        hog.append(bytearray(1 << 29))\n",
-        "MemoryError",
+        # Reaching the cap means writing ~3 GB: on a loaded machine the deadline may come first.
+        ("MemoryError", "hung: no answer within"),
     ),
     "orphan_process": (
         ALL_REDUCE + "    import subprocess\n    subprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
@@ -122,7 +123,8 @@ def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path,
     tests = _by_name(results)
     attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
     assert attacked["score"] == 0 and attacked["status"] == "failed", attacked
-    assert expect in attacked["output"], attacked["output"]
+    expected = expect if isinstance(expect, tuple) else (expect,)
+    assert any(e in attacked["output"] for e in expected), attacked["output"]
     assert control["score"] == control["max_score"] > 0, control["output"]
     assert results["score"] == control["max_score"] < 1000
     assert seconds < 120, f"grading took {seconds:.0f} s"
