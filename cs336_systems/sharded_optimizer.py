@@ -1,7 +1,7 @@
 """ZeRO (Rajbhandari et al. 2020): shard optimizer state (stage 1), gradients (stage 2), parameters (stage 3).
 
 Your task (handouts/03-zero.md): implement ``ShardedOptimizer`` (§3.1, and its ``shard_gradients=True``
-mode, §3.2) and ``FSDP`` (§3.3) from their docstrings, with torch.distributed's built-in collectives
+mode, §3.2) from its docstring (``FSDP``, stage 3, lives in ``fsdp.py``, §3.3), with torch.distributed's built-in collectives
 (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``, ``all_reduce``). The tests
 measure what each rank holds (tensor storage, not attribute names) and record what each step sends.
 
@@ -10,7 +10,7 @@ every data-parallel rank. ZeRO splits these N ways instead of replicating them:
 
     stage 1  ShardedOptimizer                      optimizer state of a parameter lives on its owner only
     stage 2  ShardedOptimizer(shard_gradients=True) and only the owner keeps the averaged gradient
-    stage 3  FSDP                                   and each rank stores 1/N of every big weight
+    stage 3  FSDP (fsdp.py)                         and each rank stores 1/N of every big weight
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ShardedOptimizer", "FSDP"]
+__all__ = ["ShardedOptimizer"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,44 +65,3 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Step the owned parameters, then all-gather so every rank has every updated parameter.
         Returns ``closure()``'s loss (evaluated once, with grad enabled) or None."""
         raise NotImplementedError("Task 3.1 (ZeRO stages 1 and 2): see handouts/03-zero.md §3.1")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 3.3: FSDP (ZeRO stage 3)
-# ---------------------------------------------------------------------------------------------
-
-
-class FSDP(nn.Module):
-    """Fully sharded data parallelism (ZeRO-3) over the ranks of ``group``; ``.module`` is the model.
-
-    On construction, rank 0's parameters and buffers are broadcast, then every ``nn.Linear`` /
-    ``nn.Embedding`` weight of shape S is replaced by a 1-D shard of ``ceil(numel / N)`` elements
-    (the flattened weight, zero-padded to a multiple of N, chunk ``rank``). Its name is unchanged
-    (``module.fc1.weight`` is now the shard), so ``FSDP.parameters()`` yields the shards plus the
-    small replicated parameters (biases, norms), and an optimizer built on it steps shards only.
-
-    Forward: each such layer all-gathers its full weight just before it runs and frees it right
-    after. Backward: the layer all-gathers it again, computes its grads, frees it, and
-    reduce-scatters the weight grad so each rank's shard ``.grad`` holds its chunk of the mean over
-    ranks. Replicated parameters' grads are all-reduced and averaged as they are produced. With
-    ``compute_dtype`` (e.g. ``torch.bfloat16``) the gathered weights, the layer's input and bias are
-    cast to it for the matmul and the output is cast back to the input's dtype; shards, grads and
-    optimizer state stay fp32. Tied weights are sharded once.
-
-    Raises ``TypeError`` for a ``module`` that is not an ``nn.Module`` or a ``compute_dtype`` that is
-    not a floating-point ``torch.dtype``, on every rank, before any communication.
-    """
-
-    def __init__(self, module: nn.Module, *, compute_dtype: torch.dtype | None = None, group=None) -> None:
-        raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")
-
-    def forward(self, *args, **kwargs):
-        """``self.module(*args, **kwargs)``; each sharded layer gathers its weight as it runs."""
-        raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")
-
-    @torch.no_grad()
-    def gather_full_params(self) -> dict[str, torch.Tensor]:
-        """The wrapped module's full state dict (same keys as ``module.state_dict()``, no ``module.``
-        prefix), sharded weights all-gathered in fp32 (their storage dtype), on every rank. Every
-        rank must call it (it communicates)."""
-        raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")

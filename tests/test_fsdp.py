@@ -1,4 +1,4 @@
-"""Part 3: FSDP (ZeRO stage 3), ``sharded_optimizer.FSDP`` (handouts/03-zero.md §3.3).
+"""Part 3: FSDP (ZeRO stage 3), ``fsdp.FSDP`` (handouts/03-zero.md §3.3).
 
     pytest tests/test_fsdp.py                  # your implementation
     pytest tests/test_fsdp.py -m task3_3
@@ -79,9 +79,9 @@ class _MatmulDtypes:
 
 def fsdp_train_rank(ctx, name: str, dtype_name: str, opt_name: str):
     """FSDP_STEPS AdamW steps on the shards; per step the loss and the gathered full state dict."""
-    zero = ctx.load("sharded_optimizer")
+    fsdp_mod = ctx.load("fsdp")
     model = make_fsdp_model(name).to(ctx.device)
-    fsdp = zero.FSDP(model, compute_dtype=COMPUTE_DTYPES[dtype_name])
+    fsdp = fsdp_mod.FSDP(model, compute_dtype=COMPUTE_DTYPES[dtype_name])
     cls, kwargs = FSDP_OPTIMIZERS[opt_name]
     opt = cls(fsdp.parameters(), **kwargs)
     history, matmuls = [], _MatmulDtypes()
@@ -215,9 +215,9 @@ class _GatheredStorages:
 def fsdp_memory_rank(ctx):
     """Bytes reachable from the FSDP object after forward, after backward and between steps; which
     gathered buffers outlived forward and backward; the largest non-parameter tensor saved for backward."""
-    zero = ctx.load("sharded_optimizer")
+    fsdp_mod = ctx.load("fsdp")
     torch.manual_seed(0)
-    fsdp = zero.FSDP(DeepMLP(*WIDE).to(ctx.device))
+    fsdp = fsdp_mod.FSDP(DeepMLP(*WIDE).to(ctx.device))
     opt = torch.optim.AdamW(fsdp.parameters(), lr=FSDP_LR)
     x, y = (t.to(ctx.device) for t in random_batch(2, WIDE[1], WIDE[1], seed=ctx.rank))
     out = {}
@@ -269,8 +269,8 @@ def test_fsdp_holds_one_nth_of_each_weight_and_frees_gathered_weights(world_size
 
 def fsdp_comm_rank(ctx):
     """One forward and backward under the recorder; at each Linear's start, how many all-gathers ran."""
-    zero = ctx.load("sharded_optimizer")
-    fsdp = zero.FSDP(make_fsdp_model("deep_mlp").to(ctx.device))
+    fsdp_mod = ctx.load("fsdp")
+    fsdp = fsdp_mod.FSDP(make_fsdp_model("deep_mlp").to(ctx.device))
     layers = [m for m in fsdp.module.modules() if isinstance(m, torch.nn.Linear)]
     x, y = (t.to(ctx.device) for t in fsdp_batch("deep_mlp", 0, ctx.rank))
     gathers_at_start = []

@@ -300,8 +300,8 @@ def bad_input_rank(ctx, case: str):
         "optimizer_instance": lambda: zero.ShardedOptimizer(
             model.parameters(), torch.optim.SGD(model.parameters(), lr=0.1), lr=1e-3
         ),
-        "fsdp_module": lambda: zero.FSDP(list(model.parameters())),
-        "fsdp_compute_dtype": lambda: zero.FSDP(model, compute_dtype=torch.int64),
+        "fsdp_module": lambda: ctx.load("fsdp").FSDP(list(model.parameters())),
+        "fsdp_compute_dtype": lambda: ctx.load("fsdp").FSDP(model, compute_dtype=torch.int64),
     }[case]
     return rejection(build)
 

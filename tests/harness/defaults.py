@@ -1,0 +1,40 @@
+"""The suite's defaults, defined once: read by tests/conftest.py, the grader and the benchmarks.
+
+Each setting has an environment variable (``CS336_IMPL``, ``CS336_BACKEND``, ``CS336_WORLD_SIZES``,
+``CS336_DEADLINE``); pytest's command line wins over it, and it wins over the default here.
+"""
+
+from __future__ import annotations
+
+import os
+
+# What `--impl student` / `--impl reference` name; any other value is an importable package name.
+IMPL_ALIASES = {"student": "cs336_systems", "reference": "reference_solutions"}
+
+DEFAULT_IMPL = "student"
+DEFAULT_BACKEND = "gloo"
+DEFAULT_WORLD_SIZES = "1,2,4"
+DEFAULT_DEADLINE_S = 30.0
+
+ENV_IMPL, ENV_BACKEND, ENV_WORLD_SIZES, ENV_DEADLINE = "CS336_IMPL", "CS336_BACKEND", "CS336_WORLD_SIZES", "CS336_DEADLINE"
+
+
+def resolve_impl(name: str) -> str:
+    """``student`` -> ``cs336_systems``, ``reference`` -> ``reference_solutions``, else the name itself."""
+    return IMPL_ALIASES.get(name, name)
+
+
+def env_impl() -> str:
+    return os.environ.get(ENV_IMPL, DEFAULT_IMPL)
+
+
+def env_backend() -> str:
+    return os.environ.get(ENV_BACKEND, DEFAULT_BACKEND)
+
+
+def env_world_sizes() -> str:
+    return os.environ.get(ENV_WORLD_SIZES, DEFAULT_WORLD_SIZES)
+
+
+def env_deadline() -> float:
+    return float(os.environ.get(ENV_DEADLINE, DEFAULT_DEADLINE_S))

@@ -1,9 +1,0 @@
-"""Mutants: realistic student bugs the suite must catch ("every test can fail"). Staff only.
-
-Each mutant is a package ``tests.mutants.<name>`` that follows the contract for the modules it
-needs: usually ``from reference_solutions.<module> import *`` with one function or method
-replaced by a buggy version (forgetting to average, an off-by-one chunk, a missing wait...).
-``tests/mutants/test_*.py`` run a slice of the real suite against each mutant in a subprocess
-(``pytest ... --impl tests.mutants.<name>``) and require it to fail with a telling message,
-within a time limit, so the mutant tests also prove that a bug never hangs the suite.
-"""

@@ -1,0 +1,76 @@
+"""Batch grading, and how submissions are read: odd layouts, links, zip bombs (staff only).
+
+pytest tests/staff/grader/test_batch_and_submissions.py -v
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.staff
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts" / "grading"))
+
+from sandbox import MAX_MODULE_BYTES, read_submission  # noqa: E402
+
+REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_bytes()
+
+
+def test_modules_are_found_at_any_depth_and_a_cs336_systems_folder_wins(tmp_path):
+    zpath = tmp_path / "sub.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        zf.writestr("hw/cs336_systems/collectives.py", "A = 1\n")
+        zf.writestr("hw/scratch/collectives.py", "A = 2\n")
+        zf.writestr("ddp.py", "B = 1\n")
+        zf.writestr("__MACOSX/cs336_systems/pipeline.py", "junk")
+        zf.writestr("hw/cs336_systems/conftest.py", "raise SystemExit")  # never taken
+    sub = read_submission(zpath)
+    assert sub.modules == {"collectives": b"A = 1\n", "ddp": b"B = 1\n"}
+    assert any("several copies" in n for n in sub.notes)
+
+
+def test_links_and_oversized_modules_are_refused_with_a_note(tmp_path):
+    folder = tmp_path / "sub" / "cs336_systems"
+    folder.mkdir(parents=True)
+    os.symlink(REPO / "reference_solutions" / "collectives.py", folder / "collectives.py")
+    (folder / "ddp.py").write_bytes(b"#" * (MAX_MODULE_BYTES + 1))
+    sub = read_submission(folder.parent)
+    assert sub.modules == {}
+    assert any("symbolic link" in n for n in sub.notes) and any("limit" in n for n in sub.notes)
+    zpath = tmp_path / "link.zip"
+    with zipfile.ZipFile(zpath, "w") as zf:
+        info = zipfile.ZipInfo("cs336_systems/collectives.py")
+        info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/work/main/reference_solutions/collectives.py")
+        zf.writestr("cs336_systems/pipeline.py", b"0" * (50 * MAX_MODULE_BYTES))  # compresses to almost nothing
+    sub = read_submission(zpath)
+    assert sub.modules == {} and len(sub.notes) == 2
+
+
+def test_batch_grades_every_submission_and_writes_a_csv(tmp_path):
+    batch = tmp_path / "subs"
+    (batch / "alice" / "cs336_systems").mkdir(parents=True)
+    (batch / "alice" / "cs336_systems" / "collectives.py").write_bytes(REFERENCE)
+    with zipfile.ZipFile(batch / "bob.zip", "w") as zf:
+        zf.write(REPO / "cs336_systems" / "collectives.py", "cs336_systems/collectives.py")
+    out_csv = tmp_path / "grades.csv"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "grade.py"), "--batch", str(batch), "--csv", str(out_csv),
+         "--jobs", "2", "--parts", "collectives", "--select", "broadcast and float32 and first",
+         "--world-sizes", "2", "--timeout", "120"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["submission"]: r for r in csv.DictReader(out_csv.open())}
+    assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) > 0
+    assert float(rows["bob.zip"]["score"]) == 0
+    assert "| alice |" in proc.stdout and (tmp_path / "subs-results" / "alice.json").exists()

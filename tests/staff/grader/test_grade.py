@@ -1,0 +1,152 @@
+"""The grader against buggy and hostile submissions, each built on the fly from the reference (staff only).
+
+    pytest tests/staff/grader/test_grade.py -v
+
+Each case copies reference_solutions/collectives.py into a temporary submission, breaks ``all_reduce``
+(or the module's import) in one hostile way, grades two tests of part 1 at world size 2 through
+scripts/grade.py in a subprocess, and checks: the attacked test scores 0 with a clear message, the
+untouched test (broadcast) still scores full marks, the grade ends in time and leaves no process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.staff
+
+REPO = Path(__file__).resolve().parents[2]
+REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_text()
+ATTACKED = "all_reduce_sums_in_place_on_every_rank"
+CONTROL = "broadcast_copies_src_tensor_to_every_rank"
+SELECT = f"({ATTACKED} or {CONTROL}) and float32 and not last"
+
+# name -> (code appended to the module (redefining all_reduce) or prepended (import time), expected text)
+ALL_REDUCE = "\nimport os\n\n\ndef all_reduce(tensor, op='sum', group=None):\n"
+CASES = {
+    "infinite_loop": (ALL_REDUCE + "    while True:\n        pass\n", "hung: no answer within"),
+    "deadlock": (ALL_REDUCE + "    if dist.get_rank() == 0:\n        dist.recv(tensor, src=1)\n", "hung"),
+    "os_exit": (ALL_REDUCE + "    import os\n    os._exit(0)\n", "exited with code 0"),
+    "segfault": (ALL_REDUCE + "    import ctypes\n    ctypes.string_at(0)\n", "SIGSEGV"),
+    "fake_summary": (
+        ALL_REDUCE + "    print('=== 99 passed in 0.1s ===')\n    print('{\"score\": 100}')\n    tensor.zero_()\n",
+        "elements differ",
+    ),
+    "monkeypatch_torch": (
+        "\nimport torch, torch.testing, _pytest.outcomes\ntorch.allclose = lambda *a, **k: True\n"
+        "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
+        "torch.testing.assert_close = lambda *a, **k: None\ndist.all_reduce = lambda *a, **k: None\n"
+        "_pytest.outcomes.fail = lambda *a, **k: None\n" + ALL_REDUCE + "    tensor.add_(1)\n",
+        "elements differ",
+    ),
+    "import_reference": (
+        ALL_REDUCE + "    from reference_solutions.collectives import all_reduce as ar\n    ar(tensor, op, group)\n",
+        "not available to submissions",
+    ),
+    "big_output": (
+        ALL_REDUCE + "    import sys\n    chunk = 'x' * (1 << 20)\n    for _ in range(100):\n"
+        "        sys.stdout.write(chunk)\n    raise RuntimeError('after 100 MB')\n",
+        "File too large",
+    ),
+    "memory_hog": (
+        ALL_REDUCE + "    hog = []\n    while True:\n        hog.append(bytearray(1 << 29))\n",
+        # Reaching the cap means writing ~3 GB: on a loaded machine the deadline may come first.
+        ("MemoryError", "hung: no answer within"),
+    ),
+    "orphan_process": (
+        ALL_REDUCE + "    import subprocess\n    subprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
+        "    if os.fork() == 0:\n        os.setsid()\n        os.execvp('sleep', ['sleep', '1000.5'])\n"
+        "    tensor.zero_()\n",
+        "elements differ",
+    ),
+    "kill_the_judge": (
+        ALL_REDUCE + "    import signal\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+        "test process died",
+    ),
+    "forged_reply": (
+        ALL_REDUCE + "    import pickle, struct, sys\n    fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
+        "    class Evil:\n        def __reduce__(self):\n"
+        '            return (exec, (\'open("/tmp/cs336-pwned", "w").write("x")\',))\n'
+        "    data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
+        "    os.write(fd, struct.pack('!i', len(data)) + data)\n    import time\n    time.sleep(60)\n",
+        "reply was refused",
+    ),
+    "write_fake_results": (
+        ALL_REDUCE + "    from pathlib import Path\n    import json\n"
+        "    for p in [Path(os.environ.get('CS336_FAKE_OUT', '/nonexistent')), Path.cwd() / 'results.json']:\n"
+        "        try:\n            p.write_text(json.dumps({'score': 1000, 'tests': []}))\n        except OSError:\n"
+        "            pass\n    for t in Path.cwd().glob('tests/*.py'):\n"
+        "        t.write_text('def test_fake():\\n    pass\\n')\n    tensor.zero_()\n",
+        "elements differ",
+    ),
+}
+IMPORT_CASES = {
+    "sys_exit_at_import": ("import sys\nsys.exit(0)\n", "SystemExit"),
+    "exception_at_import": ("raise RuntimeError('broken at import')\n", "broken at import"),
+}
+
+
+def _grade(tmp_path: Path, source: str, timeout: float = 150) -> tuple[dict, float, subprocess.CompletedProcess]:
+    sub = tmp_path / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    (sub / "collectives.py").write_text(source)
+    out = tmp_path / "results.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "grade.py"), str(sub.parent), "--out", str(out), "--parts",
+           "collectives", "--select", SELECT, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
+           "--timeout", "120", "--memory-mb", "3000"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env["CS336_FAKE_OUT"] = str(out)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return json.loads(out.read_text()), time.monotonic() - start, proc
+
+
+def _by_name(results: dict) -> dict:
+    return {t["name"]: t for t in results["tests"]}
+
+
+def _leftover_sleepers() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "sleep 1000.5" in line]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path, case):
+    code, expect = CASES[case]
+    results, seconds, proc = _grade(tmp_path, REFERENCE + code)
+    tests = _by_name(results)
+    attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
+    assert attacked["score"] == 0 and attacked["status"] == "failed", attacked
+    expected = expect if isinstance(expect, tuple) else (expect,)
+    assert any(e in attacked["output"] for e in expected), attacked["output"]
+    assert control["score"] == control["max_score"] > 0, control["output"]
+    assert results["score"] == control["max_score"] < 1000
+    assert seconds < 120, f"grading took {seconds:.0f} s"
+    assert not _leftover_sleepers(), _leftover_sleepers()
+    assert not Path("/tmp/cs336-pwned").exists(), "a forged reply ran code in the judge"
+
+
+@pytest.mark.parametrize("case", IMPORT_CASES)
+def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, case):
+    code, expect = IMPORT_CASES[case]
+    head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
+    results, seconds, _ = _grade(tmp_path, head + future + code + rest)
+    assert results["score"] == 0 and results["tests"], results
+    for t in results["tests"]:
+        assert t["status"] == "failed" and expect in t["output"], t["output"]
+
+
+def test_the_reference_gets_full_marks_and_the_stub_gets_zero(tmp_path):
+    ref, seconds, _ = _grade(tmp_path / "ref", REFERENCE)
+    assert ref["score"] == sum(t["max_score"] for t in ref["tests"]) > 0, ref["output"]
+    stub = (REPO / "cs336_systems" / "collectives.py").read_text()
+    res, _, _ = _grade(tmp_path / "stub", stub)
+    assert res["score"] == 0
+    for t in res["tests"]:
+        assert "NotImplementedError: Task 1." in t["output"] and "handouts/01-collectives.md" in t["output"], t
