@@ -4,7 +4,7 @@
     python scripts/make_student_release.py OUT --no-check                 # write only
 
 The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones:
-``reference_solutions/``, ``tests/hidden/``, ``tests/grader/``, ``tests/mutants/``, the API-parity test,
+``reference_solutions/``, ``tests/staff/hidden/``, ``tests/staff/grader/``, ``tests/staff/mutants/``, the API-parity test,
 the grader and its rubric (``scripts/grade.py``, ``scripts/grading/``), this script and
 ``handouts/grading.md``. ``pyproject.toml`` loses the reference package; README sections between
 ``<!-- staff -->`` and ``<!-- /staff -->`` are cut. Then the release is checked:
@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STAFF_PATHS = (
-    "reference_solutions/", "tests/hidden/", "tests/grader/", "tests/mutants/", "tests/test_api_parity.py",
+    "reference_solutions/", "tests/staff/hidden/", "tests/staff/grader/", "tests/staff/mutants/", "tests/staff/test_api_parity.py",
     "scripts/grade.py", "scripts/grading/", "scripts/make_student_release.py", "handouts/grading.md",
     "scripts/main.sh", ".ci/",
 )  # fmt: skip
@@ -66,7 +66,7 @@ def staff_text() -> list[str]:
     ref = {ln.strip() for p in (REPO / "reference_solutions").glob("*.py") for ln in p.read_text().splitlines()}
     skip = ("#", '"""', "from ", "import ")
     lines = sorted(ln for ln in ref - shared if len(ln) >= 40 and not ln.startswith(skip))
-    hidden = [m.group(1) for p in (REPO / "tests/hidden").glob("*.py")
+    hidden = [m.group(1) for p in (REPO / "tests/staff/hidden").glob("*.py")
               for m in re.finditer(r"^def (test_\w+)", p.read_text(), re.M)]  # fmt: skip
     return lines, hidden + ["pytest.mark.staff"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KEEP = ("pyproject.toml", "cs336_systems/", "tests/", "scripts/")
-DROP = ("tests/grader/", "tests/mutants/")
+DROP = ("tests/staff/grader/", "tests/staff/mutants/")
 
 
 def main() -> None:

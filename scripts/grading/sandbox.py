@@ -27,7 +27,7 @@ PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "tensor_parallel", "p
 MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; 2 MiB is far beyond any real one
 PLUGIN_NAME = "cs336_grading_plugin"
 # Staff folders under tests/ that never enter a sandbox: grader tests and mutants use the reference.
-STAFF_ONLY_TESTS = ("tests/grader/", "tests/mutants/")
+STAFF_ONLY_TESTS = ("tests/staff/grader/", "tests/staff/mutants/")
 REFERENCE_PLACEHOLDER = '''"""Not available while grading."""
 
 raise ImportError(
