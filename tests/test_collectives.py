@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from tests.harness import assert_close, run_ranks
-from tests.harness.bad_input import assert_rejected_before_communicating, rejection
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, bytes_sent, calls, collective_ops, format_events
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64]
@@ -106,6 +106,7 @@ def _judge(outs, expected_per_rank, case_names, what: str, exact: bool = True) -
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("root", ["first", "last"])
 def test_broadcast_copies_src_tensor_to_every_rank(world_size, dtype, root):
+    """After ``broadcast(x, src)`` every rank holds src's tensor, bit for bit, for every shape; only point-to-point."""
     src = 0 if root == "first" else world_size - 1
     inputs = _inputs(world_size, SHAPES, dtype)
     outs = run_ranks(world_size, collective_rank, "broadcast", inputs, src)
@@ -116,6 +117,7 @@ def test_broadcast_copies_src_tensor_to_every_rank(world_size, dtype, root):
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("root", ["first", "last"])
 def test_reduce_sums_into_dst_and_leaves_others_unchanged(world_size, dtype, root):
+    """After ``reduce(x, dst)`` dst holds the exact sum of every rank's tensor; the others keep theirs."""
     dst = 0 if root == "first" else world_size - 1
     inputs = _inputs(world_size, SHAPES, dtype)
     outs = run_ranks(world_size, collective_rank, "reduce", inputs, dst)
@@ -130,6 +132,7 @@ def test_reduce_sums_into_dst_and_leaves_others_unchanged(world_size, dtype, roo
 @pytest.mark.task1_3
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_all_gather_concatenates_in_rank_order(world_size, dtype):
+    """``all_gather(x)`` returns every rank's tensor concatenated on dim 0 in rank order (0-d as one element)."""
     inputs = _inputs(world_size, SHAPES, dtype)
     outs = run_ranks(world_size, collective_rank, "all_gather", inputs)
     gathered = [torch.cat([inputs[r][i].reshape(-1) if inputs[r][i].dim() == 0 else inputs[r][i]
@@ -143,6 +146,7 @@ RS_SHAPES = [(0,), (1,), (3, 5), (2, 3, 4), (250,)]  # dim 0 is multiplied by th
 @pytest.mark.task1_4
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_reduce_scatter_returns_this_ranks_chunk_of_the_sum(world_size, dtype):
+    """``reduce_scatter(x)`` returns chunk r (of N on dim 0) of the sum on rank r, and leaves ``x`` unmodified."""
     shapes = [(s[0] * world_size, *s[1:]) for s in RS_SHAPES]
     inputs = _inputs(world_size, shapes, dtype)
     outs = run_ranks(world_size, collective_rank, "reduce_scatter", inputs)
@@ -157,6 +161,7 @@ def test_reduce_scatter_returns_this_ranks_chunk_of_the_sum(world_size, dtype):
 @pytest.mark.task1_5
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_all_reduce_sums_in_place_on_every_rank(world_size, dtype):
+    """``all_reduce(x)`` leaves the exact sum of every rank's tensor in ``x`` on every rank, for every shape."""
     inputs = _inputs(world_size, SHAPES, dtype)
     outs = run_ranks(world_size, collective_rank, "all_reduce", inputs)
     total = [_exact_sum([inputs[r][i] for r in range(world_size)]) for i in range(len(SHAPES))]
@@ -166,6 +171,7 @@ def test_all_reduce_sums_in_place_on_every_rank(world_size, dtype):
 @pytest.mark.task1_5
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=DTYPE_IDS[:3])
 def test_all_reduce_avg_divides_by_world_size_once(world_size, dtype):
+    """``all_reduce(x, op="avg")`` leaves the mean over ranks (the sum divided by N once) on every rank."""
     inputs = _inputs(world_size, SHAPES, dtype)
     outs = run_ranks(world_size, collective_rank, "all_reduce", inputs, reduce_op="avg")
     mean = [(torch.stack([inputs[r][i].double() for r in range(world_size)]).sum(0) / world_size).to(dtype)
@@ -185,6 +191,7 @@ def all_reduce_random_rank(ctx, inputs, layout: str):
 @pytest.mark.task1_5
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 def test_all_reduce_random_floats_match_the_sum(world_size, layout):
+    """Random float32 normals all-reduce to the float64 sum within tolerance, also through a non-contiguous view."""
     inputs = [torch.randn(33, 17, generator=torch.Generator().manual_seed(r)) for r in range(world_size)]
     outs = run_ranks(world_size, all_reduce_random_rank, inputs, layout)
     expected = torch.stack([x.double() for x in inputs]).sum(0).float()
@@ -243,6 +250,7 @@ def _all_to_all_inputs(world_size: int, dtype) -> list[list[torch.Tensor]]:
 @pytest.mark.task1_6
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_all_to_all_delivers_uneven_pieces(world_size, dtype):
+    """``all_to_all(pieces)`` on rank j returns piece j of every rank, in rank order, whatever their lengths."""
     inputs = _all_to_all_inputs(world_size, dtype)
     outs = run_ranks(world_size, collective_rank, "all_to_all", [[x] for x in inputs])
     expected = [[[inputs[i][j] for i in range(world_size)]] for j in range(world_size)]
@@ -251,9 +259,18 @@ def test_all_to_all_delivers_uneven_pieces(world_size, dtype):
 
 # -- sub-groups: global ranks for src/dst, group order for positions ------------------------------
 
+SUBGROUP_OPS = [  # (collective, its task)
+    ("broadcast", "task1_1"),
+    ("reduce", "task1_2"),
+    ("all_gather", "task1_3"),
+    ("reduce_scatter", "task1_4"),
+    ("all_reduce", "task1_5"),
+    ("all_to_all", "task1_6"),
+]
 
-def subgroup_rank(ctx):
-    """Two groups: even and odd global ranks. Every collective runs inside this rank's group."""
+
+def subgroup_rank(ctx, op: str):
+    """Two groups: even and odd global ranks. The collective ``op`` runs inside this rank's group."""
     C = ctx.load("collectives")
     evens, odds = list(range(0, ctx.world_size, 2)), list(range(1, ctx.world_size, 2))
     groups = {tuple(evens): dist.new_group(evens), tuple(odds): dist.new_group(odds)}
@@ -261,95 +278,84 @@ def subgroup_rank(ctx):
     group = groups[tuple(members)]
     me = torch.tensor([float(ctx.rank + 1)] * 2, device=ctx.device)
     with CommRecorder() as rec:
-        b = me.clone()
-        C.broadcast(b, src=members[0], group=group)  # a global rank: 1 in the odd group is rank 0 there
-        r = me.clone()
-        C.reduce(r, dst=members[-1], group=group)
-        a = me.clone()
-        C.all_reduce(a, group=group)
-        g = C.all_gather(me, group=group)
-        s = C.reduce_scatter(torch.arange(2.0 * len(members), device=ctx.device) * (ctx.rank + 1), group=group)
-        t = C.all_to_all([me[:1] * (10 + j) for j in range(len(members))], group=group)
-    return {"members": members, "broadcast": b, "reduce": r, "all_reduce": a, "all_gather": g,
-            "reduce_scatter": s, "all_to_all": t, "events": rec.events}  # fmt: skip
+        if op == "broadcast":
+            out = me.clone()
+            C.broadcast(out, src=members[0], group=group)  # a global rank: 1 in the odd group is rank 0 there
+        elif op == "reduce":
+            out = me.clone()
+            C.reduce(out, dst=members[-1], group=group)
+        elif op == "all_reduce":
+            out = me.clone()
+            C.all_reduce(out, group=group)
+        elif op == "all_gather":
+            out = C.all_gather(me, group=group)
+        elif op == "reduce_scatter":
+            out = C.reduce_scatter(torch.arange(2.0 * len(members), device=ctx.device) * (ctx.rank + 1), group=group)
+        else:
+            out = C.all_to_all([me[:1] * (10 + j) for j in range(len(members))], group=group)
+    return members, out, rec.events
 
 
-@pytest.mark.task1_1
-@pytest.mark.task1_2
-@pytest.mark.task1_3
-@pytest.mark.task1_4
-@pytest.mark.task1_5
-@pytest.mark.task1_6
 @pytest.mark.world_sizes(2, 4, 8)
-def test_collectives_on_a_subgroup_use_global_src_dst_and_group_order(world_size):
-    outs = run_ranks(world_size, subgroup_rank)
-    for rank, out in enumerate(outs):
-        members = out["members"]
+@pytest.mark.parametrize("op", [pytest.param(op, marks=getattr(pytest.mark, task)) for op, task in SUBGROUP_OPS])
+def test_collectives_on_a_subgroup_use_global_src_dst_and_group_order(world_size, op):
+    """Inside a subgroup (even or odd global ranks), ``src``/``dst`` are global ranks, positions follow the
+    group's order, and no message leaves the group."""
+    for rank, (members, got, events) in enumerate(run_ranks(world_size, subgroup_rank, op)):
         vals = torch.tensor([m + 1.0 for m in members])  # every member's scalar, in group order
         pos = members.index(rank)
         what = f"rank {rank} in group {members}"
-        for e in calls(out["events"]):
+        for e in calls(events):
             assert e.group_ranks == tuple(members), f"{what}: a message went outside the group: {e}"
             assert e.peer is None or e.peer in members, f"{what}: peer {e.peer} is not in the group: {e}"
-        assert_point_to_point_only([out["events"]], what)
-        assert_close(out["broadcast"], torch.full((2,), vals[0].item()), what=f"{what}, broadcast src={members[0]}")
-        reduced = torch.full((2,), vals.sum().item()) if rank == members[-1] else torch.full((2,), rank + 1.0)
-        assert_close(out["reduce"], reduced, what=f"{what}, reduce dst={members[-1]}")
-        assert_close(out["all_reduce"], torch.full((2,), vals.sum().item()), what=f"{what}, all_reduce")
-        assert_close(out["all_gather"], vals.repeat_interleave(2), what=f"{what}, all_gather")
-        full = torch.arange(2.0 * len(members)) * vals.sum()
-        assert_close(out["reduce_scatter"], full.chunk(len(members))[pos], what=f"{what}, reduce_scatter")
-        expected_a2a = [torch.tensor([m + 1.0]) * (10 + pos) for m in members]
-        for i, (got, want) in enumerate(zip(out["all_to_all"], expected_a2a)):
-            assert_close(got, want, what=f"{what}, all_to_all result[{i}] (from group rank {i})")
+        assert_point_to_point_only([events], what)
+        if op == "broadcast":
+            assert_close(got, torch.full((2,), vals[0].item()), what=f"{what}, broadcast src={members[0]}")
+        elif op == "reduce":
+            reduced = torch.full((2,), vals.sum().item()) if rank == members[-1] else torch.full((2,), rank + 1.0)
+            assert_close(got, reduced, what=f"{what}, reduce dst={members[-1]}")
+        elif op == "all_reduce":
+            assert_close(got, torch.full((2,), vals.sum().item()), what=f"{what}, all_reduce")
+        elif op == "all_gather":
+            assert_close(got, vals.repeat_interleave(2), what=f"{what}, all_gather")
+        elif op == "reduce_scatter":
+            full = torch.arange(2.0 * len(members)) * vals.sum()
+            assert_close(got, full.chunk(len(members))[pos], what=f"{what}, reduce_scatter")
+        else:
+            expected_a2a = [torch.tensor([m + 1.0]) * (10 + pos) for m in members]
+            for i, (g, want) in enumerate(zip(got, expected_a2a)):
+                assert_close(g, want, what=f"{what}, all_to_all result[{i}] (from group rank {i})")
 
 
 # -- bad input: a clear error on every rank, before any message -------------------------------------
 
 
-def bad_input_rank(ctx, case: str):
-    C = ctx.load("collectives")
-    n = ctx.world_size
-    calls_by_case = {
-        "broadcast src outside the group": lambda: C.broadcast(torch.ones(2), src=n),
-        "reduce dst outside the group": lambda: C.reduce(torch.ones(2), dst=-1),
-        "broadcast of a list": lambda: C.broadcast([1.0, 2.0], src=0),
-        "reduce_scatter dim 0 not divisible": lambda: C.reduce_scatter(torch.ones(n * 3 + 1, 2)),
-        "reduce_scatter of a 0-d tensor": lambda: C.reduce_scatter(torch.tensor(1.0)),
-        "all_reduce unknown op": lambda: C.all_reduce(torch.ones(3), op="max"),
-        "all_reduce avg of integers": lambda: C.all_reduce(torch.ones(3, dtype=torch.int64), op="avg"),
-        "all_to_all wrong number of tensors": lambda: C.all_to_all([torch.ones(1)] * (n + 1)),
-        "all_to_all mismatched trailing dims": lambda: C.all_to_all(
-            [torch.ones(1, 2)] + [torch.ones(1, 3)] * (n - 1) if n > 1 else [torch.ones(1, 2), torch.ones(1, 3)]
-        ),
-    }
-    return rejection(lambda: calls_by_case[case]())
-
-
-BAD_INPUT = {
-    # case: (expected exception, a word the message must contain: the argument's name)
-    "broadcast src outside the group": ("ValueError", "src"),
-    "reduce dst outside the group": ("ValueError", "dst"),
-    "broadcast of a list": ("TypeError", "tensor"),
-    "reduce_scatter dim 0 not divisible": ("ValueError", "tensor"),
-    "reduce_scatter of a 0-d tensor": ("ValueError", "tensor"),
-    "all_reduce unknown op": ("ValueError", "op"),
-    "all_reduce avg of integers": ("TypeError", "op"),
-    "all_to_all wrong number of tensors": ("ValueError", "tensors"),
-    "all_to_all mismatched trailing dims": ("ValueError", "tensors"),
-}
-_TASK_OF_CASE = {"broadcast": pytest.mark.task1_1, "reduce_": pytest.mark.task1_4, "reduce ": pytest.mark.task1_2,
-                 "all_reduce": pytest.mark.task1_5, "all_to_all": pytest.mark.task1_6}  # fmt: skip
-
-
-def _case_param(case: str):
-    marks = [m for prefix, m in _TASK_OF_CASE.items() if case.startswith(prefix)]
-    return pytest.param(case, marks=marks, id=case.replace(" ", "-"))
+BAD_INPUT = [
+    BadInput("broadcast-src-outside-the-group", lambda C, ctx: C.broadcast(torch.ones(2), src=ctx.world_size),
+             "ValueError", names="src", task="task1_1"),
+    BadInput("broadcast-of-a-list", lambda C, ctx: C.broadcast([1.0, 2.0], src=0),
+             "TypeError", names="tensor", task="task1_1"),
+    BadInput("reduce-dst-outside-the-group", lambda C, ctx: C.reduce(torch.ones(2), dst=-1),
+             "ValueError", names="dst", task="task1_2"),
+    BadInput("reduce_scatter-dim-0-not-divisible",
+             lambda C, ctx: C.reduce_scatter(torch.ones(ctx.world_size * 3 + 1, 2)),
+             "ValueError", names="tensor", task="task1_4"),
+    BadInput("reduce_scatter-of-a-0-d-tensor", lambda C, ctx: C.reduce_scatter(torch.tensor(1.0)),
+             "ValueError", names="tensor", task="task1_4"),
+    BadInput("all_reduce-unknown-op", lambda C, ctx: C.all_reduce(torch.ones(3), op="max"),
+             "ValueError", names="op", task="task1_5"),
+    BadInput("all_reduce-avg-of-integers", lambda C, ctx: C.all_reduce(torch.ones(3, dtype=torch.int64), op="avg"),
+             "TypeError", names="op", task="task1_5"),
+    BadInput("all_to_all-wrong-number-of-tensors", lambda C, ctx: C.all_to_all([torch.ones(1)] * (ctx.world_size + 1)),
+             "ValueError", names="tensors", task="task1_6"),
+    BadInput("all_to_all-mismatched-trailing-dims",  # N tensors: one (1, 2), the others (1, 3)
+             lambda C, ctx: C.all_to_all([torch.ones(1, 2)] + [torch.ones(1, 3)] * (ctx.world_size - 1)),
+             "ValueError", names="tensors", task="task1_6"),
+]  # fmt: skip
 
 
 @pytest.mark.world_sizes(2, 4)
-@pytest.mark.parametrize("case", [_case_param(c) for c in BAD_INPUT])
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
-    exc_type, must_name = BAD_INPUT[case]
-    outs = run_ranks(world_size, bad_input_rank, case, deadline=15)
-    assert_rejected_before_communicating(outs, case, exc_type, must_name)
+    """Bad input raises the promised ValueError/TypeError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "collectives", case, deadline=15), case)
