@@ -11,11 +11,8 @@ each GPU free for them.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from scripts.benchlib import format_table, load_impl  # noqa: E402
+from benchlib import format_table, load_impl
 
 STAGES = {
     0: "DDP (nothing sharded)",

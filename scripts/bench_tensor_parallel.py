@@ -1,9 +1,9 @@
 """Our tensor-parallel MLP vs torch's own (DTensor ColwiseParallel/RowwiseParallel), in the same run.
 
-    python scripts/bench_tp.py                                   # gloo on CPU, TP 1, 2, 4 (~1 min)
-    python scripts/bench_tp.py --impl student --tp-sizes 2       # your implementation
-    python scripts/bench_tp.py --d-model 2048 --seq 1024 --iters 20     # a bigger MLP
-    torchrun --standalone --nproc_per_node=8 scripts/bench_tp.py --backend nccl --tp-sizes 1,2,4,8
+    python scripts/bench_tensor_parallel.py                               # gloo on CPU, TP 1, 2, 4 (~1 min)
+    python scripts/bench_tensor_parallel.py --impl student --tp-sizes 2   # your implementation
+    python scripts/bench_tensor_parallel.py --d-model 2048 --seq 1024 --iters 20     # a bigger MLP
+    torchrun --standalone --nproc_per_node=8 scripts/bench_tensor_parallel.py --backend nccl --tp-sizes 1,2,4,8
 
 For every TP size T and both variants (plain TP; TP + sequence parallelism) it trains the same
 ``models.MLP`` (fp32, SGD) with our ``TensorParallelMLP`` and with torch's tensor-parallel API and
@@ -13,7 +13,7 @@ reduce-scatter whose full tensor is M), the formula 4(T-1)/T*M for an activation
 and the step time (median; the slowest rank's). Ours is seen by the test suite's CommRecorder,
 torch's by a dispatch mode on its functional collectives. Under torchrun every T that divides the
 world size runs on a (world/T) x T device mesh: TP inside the "tp" dim, replicas across the other.
-Writes out/bench_tp.{csv,png}.
+Writes out/bench_tensor_parallel.{csv,png}.
 """
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ def report(rows: list[dict], args) -> None:
     print(f"\nMLP d_model={args.d_model} d_ff={args.d_ff}, activation (s={args.seq}, b={args.batch}, d) fp32, "
           f"backend {args.backend}, impl {args.impl}; M = {rows[0]['act_bytes'] / MIB:.3g} MiB\n")  # fmt: skip
     print(format_table(headers, table))
-    write_csv(args.out / "bench_tp.csv", headers, table)
+    csv_path = args.out / "bench_tensor_parallel.csv"
+    write_csv(csv_path, headers, table)
 
     def draw(ax) -> None:
         tps = sorted({r["tp"] for r in rows})
@@ -205,7 +206,7 @@ def report(rows: list[dict], args) -> None:
         ax.set_title(f"TP MLP communication per rank (activation M = {m:.3g} MiB)")
         ax.legend()
 
-    print(f"\nwrote {save_plot(args.out / 'bench_tp.png', draw)} and {args.out / 'bench_tp.csv'}")
+    print(f"\nwrote {save_plot(args.out / 'bench_tensor_parallel.png', draw)} and {csv_path}")
 
 
 if __name__ == "__main__":

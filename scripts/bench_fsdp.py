@@ -1,0 +1,61 @@
+"""FSDP (ZeRO stage 3) benchmark: bytes each rank holds and step time, next to torch's fully_shard (FSDP2).
+
+    python scripts/bench_fsdp.py                          # gloo on CPU, world sizes 1, 2, 4 (about a minute)
+    python scripts/bench_fsdp.py --impl student --world-sizes 2         # your implementation
+    python scripts/bench_fsdp.py --layers 8 --d-model 1024 --steps 10   # a bigger model
+    torchrun --standalone --nproc_per_node=4 scripts/bench_fsdp.py --backend nccl   # one world size, GPUs
+
+For every world size, each rank trains DeepMLP with AdamW (fp32) under each method and measures, after a
+step (before zero_grad), the bytes of parameter, gradient and optimizer-state storage it holds:
+
+    unsharded      all-reduce the grads, plain AdamW on every rank (DDP's memory: stage 0)
+    fsdp           the implementation's FSDP (Linear weights sharded, biases/norms replicated)
+    torch_fsdp2    torch.distributed.fsdp.fully_shard on every block and the root, where it runs
+
+The table compares bytes with the accounting formula (zero_memory_per_gpu with 4 + 4 + 8 bytes per
+parameter: fp32 weights, grads, Adam's m and v) and step time with fully_shard measured in the same
+run; the plot shows bytes per rank against world size with the formula's lines. Writes
+out/bench_fsdp.{csv,png}. Stages 1 and 2 are scripts/bench_sharded_optimizer.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+from benchlib import load_impl
+from zero_benchlib import add_model_args, run
+
+METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is compared with)
+    "unsharded": (0, "torch_fsdp2"),
+    "fsdp": (3, "torch_fsdp2"),
+    "torch_fsdp2": (3, None),
+}
+
+
+def build(method: str, impl: str, model, lr: float):
+    """(module to call, optimizer, whether the caller averages grads) for one method."""
+    if method == "unsharded":
+        return model, torch.optim.AdamW(model.parameters(), lr=lr), True
+    if method == "fsdp":
+        wrapped = load_impl(impl, "fsdp").FSDP(model)
+        return wrapped, torch.optim.AdamW(wrapped.parameters(), lr=lr), False
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(next(model.parameters()).device.type, (dist.get_world_size(),))
+    for block in model:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.AdamW(model.parameters(), lr=lr), False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(parser)
+    run(parser.parse_args(), "bench_fsdp", METHODS, build)
+
+
+if __name__ == "__main__":
+    main()
