@@ -14,6 +14,7 @@ Behaviour (when and how much is communicated) is judged from the recorder's log 
 from __future__ import annotations
 
 import traceback
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,7 +26,7 @@ from torch import nn
 from cs336_systems.models import DeepMLP, ToyModel, ToyModelWithTiedWeights
 from cs336_systems.utils import random_batch, seed_everything
 from tests.harness import CONFIG, assert_close, run_ranks, tolerance
-from tests.harness.bad_input import assert_rejected_before_communicating, rejection
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 PER_RANK_BATCH = 4
@@ -238,12 +239,14 @@ def test_gradients_of_several_dtypes_are_averaged(world_size, variant):
 
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_adamw_steps_match_one_process_on_the_whole_batch(world_size, variant):
+    """Three AdamW steps on the tied model: grads and parameters equal one process's, every step, every rank."""
     check_training_matches_one_process(world_size, variant, "tied", "adamw")
 
 
 @pytest.mark.parametrize("set_to_none", [True, False], ids=["zero_grad-none", "zero_grad-zeros"])
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 def test_repeated_steps_work_with_either_kind_of_zero_grad(world_size, variant, set_to_none):
+    """Five steps with ``zero_grad(set_to_none=...)`` True or False: the wrapper's per-step state resets either way."""
     check_training_matches_one_process(world_size, variant, "deep", "adamw", steps=5, set_to_none=set_to_none)
 
 
@@ -268,6 +271,7 @@ def broadcast_rank(ctx, variant):
 
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 def test_construction_broadcasts_rank_0_parameters_and_buffers(world_size, variant):
+    """Wrapping makes every rank's parameters and buffers equal to rank 0's, bit for bit (ranks start different)."""
     outs = run_ranks(world_size, broadcast_rank, variant)
     rank0_before = outs[0][0]
     for rank, (_, after) in enumerate(outs):
@@ -340,6 +344,7 @@ def layout_cases(draw):
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=layout_cases())
 def test_bucket_layout_of_random_parameter_sizes_follows_the_rule(case):
+    """Random sizes, frozen parameters and caps: ``bucket_parameter_names()`` follows the reverse-order cap rule."""
     sizes, frozen, mb = case
     got = run_ranks(1, sized_layout_rank, sizes, frozen, mb)[0]
     want = expected_layout(SizedParameters(sizes, frozen), mb)
@@ -403,6 +408,8 @@ def assert_overlapped(out: dict, buckets: list[list[str]], numels: dict[str, int
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 @pytest.mark.parametrize("model_name", ["deep", "tied", "lopsided"])
 def test_each_bucket_is_all_reduced_once_asynchronously_as_soon_as_it_is_full(world_size, variant, model_name):
+    """One async all-reduce per bucket, launched from a hook during backward as soon as its last grad is ready; no wait
+    before backward ends; sizes match the buckets."""
     batch = make_batches(model_name, world_size, 1)[0]
     outs = run_ranks(world_size, overlap_rank, variant, model_name, None, batch)
     model = build_model(model_name, 0, torch.float32)
@@ -450,49 +457,50 @@ def test_naive_reduces_each_gradient_and_flat_each_dtype_once(world_size, varian
 # -- bad input: a clear error on every rank, before any communication ----------------------------------
 
 
-def _wrapped(ddp, model, how: str):
-    """``model`` after a first wrapping (or not): the thing the bad call receives as its module."""
-    if how == "individual":
-        return ddp.DDPIndividualParameters(model)
-    if how == "bucketed":
-        return ddp.DDPBucketed(model, 1.0)
-    return nn.parallel.DistributedDataParallel(model) if how == "torch" else model
+def _given(first: str | None):
+    """The arrange step: the toy model, and what the bad call wraps after a first wrapping of it (or not):
+    ``individual``, ``bucketed``, or ``torch`` (nn.parallel.DistributedDataParallel)."""
+
+    def arrange(ddp, ctx) -> SimpleNamespace:
+        model = build_model("toy", seed=0).to(ctx.device)
+        wrapped = {
+            "individual": lambda: ddp.DDPIndividualParameters(model),
+            "bucketed": lambda: ddp.DDPBucketed(model, 1.0),
+            "torch": lambda: nn.parallel.DistributedDataParallel(model),
+        }.get(first, lambda: model)()
+        return SimpleNamespace(model=model, wrapped=wrapped)
+
+    return arrange
 
 
-# case: (task, first wrapping, the bad call on (ddp, model, wrapped), exception, the argument it must name)
-BAD_INPUT = {
-    "negative bucket size": (4, None, lambda d, m, w: d.DDPBucketed(m, -1.0), "ValueError", "bucket_size_mb"),
-    "NaN bucket size": (4, None, lambda d, m, w: d.DDPBucketed(m, float("nan")), "ValueError", "bucket_size_mb"),
-    "bucket size as text": (4, None, lambda d, m, w: d.DDPBucketed(m, "25"), "TypeError", "bucket_size_mb"),
-    "naive of a non-module": (1, None, lambda d, m, w: d.all_reduce_gradients("model"), "TypeError", "module"),
-    "flat of a non-module": (2, None, lambda d, m, w: d.all_reduce_gradients_flat(None), "TypeError", "module"),
-    "individual of a list": (3, None, lambda d, m, w: d.DDPIndividualParameters([m]), "TypeError", "module"),
-    "individual of a bucketed wrapper": (
-        3, "bucketed", lambda d, m, w: d.DDPIndividualParameters(w), "ValueError", "module"),
-    "individual of a model already wrapped": (
-        3, "individual", lambda d, m, w: d.DDPIndividualParameters(m), "ValueError", "module"),
-    "bucketed of an individual wrapper": (
-        4, "individual", lambda d, m, w: d.DDPBucketed(w, 1.0), "ValueError", "module"),
-    "bucketed of a model already wrapped": (
-        4, "bucketed", lambda d, m, w: d.DDPBucketed(m, 1.0), "ValueError", "module"),
-    "bucketed of torch DDP": (4, "torch", lambda d, m, w: d.DDPBucketed(w, 1.0), "ValueError", "module"),
-}  # fmt: skip
-
-
-def bad_input_rank(ctx, case: str):
-    _, first, call, _, _ = BAD_INPUT[case]
-    ddp, model = ctx.load("ddp"), build_model("toy", seed=0).to(ctx.device)
-    wrapped = _wrapped(ddp, model, first)  # its own communication happens before recording starts
-    return rejection(lambda: call(ddp, model, wrapped))
+BAD_INPUT = [
+    BadInput("naive-of-a-non-module", lambda d, g: d.all_reduce_gradients("model"),
+             "TypeError", names="module", task="task2_1", arrange=_given(None)),
+    BadInput("flat-of-a-non-module", lambda d, g: d.all_reduce_gradients_flat(None),
+             "TypeError", names="module", task="task2_2", arrange=_given(None)),
+    BadInput("individual-of-a-list", lambda d, g: d.DDPIndividualParameters([g.model]),
+             "TypeError", names="module", task="task2_3", arrange=_given(None)),
+    BadInput("individual-of-a-bucketed-wrapper", lambda d, g: d.DDPIndividualParameters(g.wrapped),
+             "ValueError", names="module", task="task2_3", arrange=_given("bucketed")),
+    BadInput("individual-of-a-model-already-wrapped", lambda d, g: d.DDPIndividualParameters(g.model),
+             "ValueError", names="module", task="task2_3", arrange=_given("individual")),
+    BadInput("negative-bucket-size", lambda d, g: d.DDPBucketed(g.model, -1.0),
+             "ValueError", names="bucket_size_mb", task="task2_4", arrange=_given(None)),
+    BadInput("NaN-bucket-size", lambda d, g: d.DDPBucketed(g.model, float("nan")),
+             "ValueError", names="bucket_size_mb", task="task2_4", arrange=_given(None)),
+    BadInput("bucket-size-as-text", lambda d, g: d.DDPBucketed(g.model, "25"),
+             "TypeError", names="bucket_size_mb", task="task2_4", arrange=_given(None)),
+    BadInput("bucketed-of-an-individual-wrapper", lambda d, g: d.DDPBucketed(g.wrapped, 1.0),
+             "ValueError", names="module", task="task2_4", arrange=_given("individual")),
+    BadInput("bucketed-of-a-model-already-wrapped", lambda d, g: d.DDPBucketed(g.model, 1.0),
+             "ValueError", names="module", task="task2_4", arrange=_given("bucketed")),
+    BadInput("bucketed-of-torch-DDP", lambda d, g: d.DDPBucketed(g.wrapped, 1.0),
+             "ValueError", names="module", task="task2_4", arrange=_given("torch")),
+]  # fmt: skip
 
 
 @pytest.mark.world_sizes(2, 4)
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=getattr(pytest.mark, f"task2_{v[0]}"), id=c.replace(" ", "-"))
-             for c, v in BAD_INPUT.items()]
-)  # fmt: skip
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
-    *_, exc_type, must_name = BAD_INPUT[case]
-    assert_rejected_before_communicating(
-        run_ranks(world_size, bad_input_rank, case, deadline=15), case, exc_type, must_name
-    )
+    """Bad input raises the promised ValueError/TypeError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "ddp", case, deadline=15), case)

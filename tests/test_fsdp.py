@@ -17,6 +17,7 @@ import torch
 from cs336_systems.models import DeepMLP
 from cs336_systems.utils import random_batch
 from tests.harness import assert_ranks_close, run_ranks
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
 
@@ -313,3 +314,21 @@ def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_gra
             f"rank {rank}: backward reduce-scattered {scattered} elements, expected one reduce-scatter per "
             f"layer's weight grad {[world_size * c for c in chunks[::-1]]}{log}"
         )
+
+
+# -- bad input ----------------------------------------------------------------------------------------
+
+BAD_INPUT = [
+    BadInput("module-as-a-list-of-parameters",
+             lambda F, ctx: F.FSDP(list(make_fsdp_model("deep_mlp").to(ctx.device).parameters())),
+             "TypeError", names="module", task="task3_3"),
+    BadInput("integer-compute_dtype",
+             lambda F, ctx: F.FSDP(make_fsdp_model("deep_mlp").to(ctx.device), compute_dtype=torch.int64),
+             "TypeError", names="compute_dtype", task="task3_3"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    """Bad input raises the promised TypeError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "fsdp", case), case)

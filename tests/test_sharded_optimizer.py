@@ -6,8 +6,8 @@
 Ranks train a small model with the sharded optimizer and send back parameters, grads, the bytes the
 optimizer object holds and the communication of ``step``; the parent replays the same steps in one
 process with the plain optimizer on the averaged grads (the oracle: "data parallel with a sharded
-optimizer is data parallel") and judges every step on every rank. FSDP (stage 3, §3.3) is tested
-at the end of this file the same way, against a plain model trained on the averaged grads.
+optimizer is data parallel") and judges every step on every rank. FSDP (stage 3, §3.3) is tested in
+tests/test_fsdp.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.distributed as dist
 from cs336_systems.models import DeepMLP
 from cs336_systems.utils import random_batch
 from tests.harness import assert_ranks_close, run_ranks
-from tests.harness.bad_input import assert_rejected_before_communicating, rejection
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
 
@@ -284,32 +284,18 @@ def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world
 
 # -- tests: bad input -------------------------------------------------------------------------------
 
-BAD_INPUT = {  # case -> (the argument the message must name, task); all are TypeErrors
-    "optimizer_cls_name": ("optimizer_cls", "task3_1"),
-    "optimizer_instance": ("optimizer_cls", "task3_1"),
-    "fsdp_module": ("module", "task3_3"),
-    "fsdp_compute_dtype": ("compute_dtype", "task3_3"),
-}
+BAD_INPUT = [
+    BadInput("optimizer_cls-as-a-name",
+             lambda zero, ctx: zero.ShardedOptimizer(make_model().to(ctx.device).parameters(), "AdamW", lr=1e-3),
+             "TypeError", names="optimizer_cls", task="task3_1"),
+    BadInput("optimizer_cls-as-an-instance",
+             lambda zero, ctx: zero.ShardedOptimizer(make_model().to(ctx.device).parameters(),
+                                                     torch.optim.SGD(make_model().parameters(), lr=0.1), lr=1e-3),
+             "TypeError", names="optimizer_cls", task="task3_1"),
+]  # fmt: skip
 
 
-def bad_input_rank(ctx, case: str):
-    zero = ctx.load("sharded_optimizer")
-    model = make_model().to(ctx.device)
-    build = {
-        "optimizer_cls_name": lambda: zero.ShardedOptimizer(model.parameters(), "AdamW", lr=1e-3),
-        "optimizer_instance": lambda: zero.ShardedOptimizer(
-            model.parameters(), torch.optim.SGD(model.parameters(), lr=0.1), lr=1e-3
-        ),
-        "fsdp_module": lambda: ctx.load("fsdp").FSDP(list(model.parameters())),
-        "fsdp_compute_dtype": lambda: ctx.load("fsdp").FSDP(model, compute_dtype=torch.int64),
-    }[case]
-    return rejection(build)
-
-
-@pytest.mark.parametrize(
-    "case", [pytest.param(c, marks=getattr(pytest.mark, task)) for c, (_, task) in BAD_INPUT.items()]
-)
-def test_bad_arguments_raise_naming_the_argument_before_any_communication(world_size, case):
-    """A TypeError naming the argument, on every rank, with nothing sent first."""
-    outs = run_ranks(world_size, bad_input_rank, case)
-    assert_rejected_before_communicating(outs, case, "TypeError", BAD_INPUT[case][0])
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    """Bad input raises the promised TypeError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "sharded_optimizer", case), case)
