@@ -7,7 +7,7 @@
     pytest tests/ -m task1_5                        # one task of the handout
 
 Each option has an environment variable with the same effect (CS336_IMPL, CS336_BACKEND,
-CS336_WORLD_SIZES, CS336_DEADLINE); the command line wins.
+CS336_WORLD_SIZES, CS336_DEADLINE); the command line wins. Defaults: tests/harness/defaults.py.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import os
 
 import pytest
 
-from tests.harness.config import CONFIG, resolve_impl
+from tests.harness import defaults
+from tests.harness.config import CONFIG
 
-# Task markers follow the handouts' numbering: part p, task t -> task{p}_{t}.
+# Task markers follow the handouts' numbering: part p, task t -> task{p}_{t}. One line per part.
 TASKS = {
     1: 6,  # collectives: broadcast, reduce, all_gather, reduce_scatter, all_reduce, all_to_all
     2: 4,  # DDP: naive, flat, per-parameter overlap, bucketed
-    3: 4,  # ZeRO: stage 1, stage 2, FSDP, (reserved)
+    3: 3,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp)
     4: 5,  # TP: conjugate functions, column, row, MLP, sequence parallel
     5: 3,  # pipeline: stages, schedules, train_step
     6: 4,  # accounting: memory, communication and bubbles, FLOPs and MFU, activations
@@ -31,23 +32,38 @@ TASKS = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cs336", "cs336-systems harness")
-    group.addoption("--impl", default=os.environ.get("CS336_IMPL", "student"),
-                    help="student (default), reference, or an importable package name")  # fmt: skip
-    group.addoption("--backend", default=os.environ.get("CS336_BACKEND", "gloo"), choices=["gloo", "nccl"],
-                    help="gloo on CPU (default) or nccl with rank r on cuda:r")  # fmt: skip
-    group.addoption("--world-sizes", default=os.environ.get("CS336_WORLD_SIZES", "1,2,4"),
-                    help="comma-separated world sizes for distributed tests (default 1,2,4)")  # fmt: skip
-    group.addoption("--deadline", type=float, default=float(os.environ.get("CS336_DEADLINE", "30")),
-                    help="seconds a distributed test may take before every rank's stack is shown")  # fmt: skip
+    d = defaults
+    group.addoption(
+        "--impl",
+        default=d.env_impl(),
+        help=f"student, reference, or an importable package name (default {d.DEFAULT_IMPL})",
+    )
+    group.addoption(
+        "--backend",
+        default=d.env_backend(),
+        choices=["gloo", "nccl"],
+        help=f"gloo on CPU or nccl with rank r on cuda:r (default {d.DEFAULT_BACKEND})",
+    )
+    group.addoption(
+        "--world-sizes",
+        default=d.env_world_sizes(),
+        help=f"comma-separated world sizes for distributed tests (default {d.DEFAULT_WORLD_SIZES})",
+    )
+    group.addoption(
+        "--deadline",
+        type=float,
+        default=d.env_deadline(),
+        help=f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    CONFIG.impl = resolve_impl(config.getoption("--impl"))
+    CONFIG.impl = defaults.resolve_impl(config.getoption("--impl"))
     CONFIG.backend = config.getoption("--backend")
     CONFIG.deadline = config.getoption("--deadline")
     # Ranks started later inherit these, so the workers agree with the parent.
-    os.environ["CS336_IMPL"] = CONFIG.impl
-    os.environ["CS336_BACKEND"] = CONFIG.backend
+    os.environ[defaults.ENV_IMPL] = CONFIG.impl
+    os.environ[defaults.ENV_BACKEND] = CONFIG.backend
     for part, count in TASKS.items():
         for task in range(1, count + 1):
             config.addinivalue_line("markers", f"task{part}_{task}: handout task {part}.{task}")

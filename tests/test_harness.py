@@ -83,6 +83,7 @@ def recorded_rank(ctx):
 
 
 def test_results_come_back_per_rank_in_order(world_size):
+    """Each rank's return value comes back in rank order, with its arguments and tensors intact."""
     outs = run_ranks(world_size, identity_rank, payload=[1, 2])
     assert [o["rank"] for o in outs] == list(range(world_size))
     assert all(o["world"] == world_size and o["p"] == [1, 2] for o in outs)
@@ -91,6 +92,7 @@ def test_results_come_back_per_rank_in_order(world_size):
 
 @pytest.mark.world_sizes(2, 4)
 def test_a_raising_rank_is_named_with_its_traceback_and_the_pool_recovers(world_size):
+    """A rank that raises is named with its own traceback, the others are reported finished, and the next run works."""
     with pytest.raises(RankFailure) as info:
         run_ranks(world_size, raise_on_rank_one)
     msg = str(info.value)
@@ -102,6 +104,7 @@ def test_a_raising_rank_is_named_with_its_traceback_and_the_pool_recovers(world_
 
 @pytest.mark.world_sizes(2)
 def test_a_deadlock_fails_at_the_deadline_with_every_hung_ranks_stack(world_size):
+    """A deadlock fails at the deadline with the hung rank's Python stack, and the next run gets a working pool."""
     start = time.monotonic()
     with pytest.raises(RankFailure) as info:
         run_ranks(world_size, hang_rank, deadline=3)
@@ -117,6 +120,7 @@ def test_a_deadlock_fails_at_the_deadline_with_every_hung_ranks_stack(world_size
 
 @pytest.mark.world_sizes(2)
 def test_what_a_failing_rank_printed_is_shown(world_size):
+    """What a failing rank printed is part of the failure message."""
     with pytest.raises(RankFailure, match="(?s)rank 1 printed:\nhello from rank 1"):
         run_ranks(world_size, print_and_fail)
 
@@ -128,6 +132,7 @@ def test_what_a_failing_rank_printed_is_shown(world_size):
      ("sys.exit", "error: SystemExit: 0")],
 )  # fmt: skip
 def test_a_rank_that_exits_or_crashes_fails_the_test(world_size, how, expected):
+    """A rank that exits or crashes fails the run with its exit code or signal, and the next run works."""
     with pytest.raises(RankFailure) as info:
         run_ranks(world_size, exit_rank, how, deadline=10)
     assert f"rank {world_size - 1}: " in str(info.value) and expected in str(info.value), str(info.value)
@@ -144,12 +149,15 @@ def return_object_rank(ctx):
 
 @pytest.mark.world_sizes(2)
 def test_replies_holding_arbitrary_objects_are_refused_by_the_parent(world_size):
+    """A reply holding anything but plain data is refused by the parent, which never rebuilds arbitrary objects."""
     with pytest.raises(RankFailure, match="reply was refused: a rank sent back an object of type argparse.Namespace"):
         run_ranks(world_size, return_object_rank)
     assert [o["rank"] for o in run_ranks(world_size, identity_rank)] == list(range(world_size))
 
 
 def test_local_functions_are_refused_with_a_clear_message():
+    """A rank function that cannot be pickled (a local function) is refused in the parent with a clear TypeError."""
+
     def local(ctx):
         return 0
 
@@ -159,6 +167,7 @@ def test_local_functions_are_refused_with_a_clear_message():
 
 @pytest.mark.world_sizes(2)
 def test_the_recorder_sees_p2p_collectives_waits_bypasses_and_backward(world_size):
+    """The recorder sees point-to-point calls, collectives, waits, ProcessGroup bypasses and calls made in backward."""
     events = run_ranks(world_size, recorded_rank)
     for rank, ev in enumerate(events):
         ops = [e.op for e in calls(ev)]
@@ -185,5 +194,79 @@ def record_twice_rank(ctx):
 
 @pytest.mark.world_sizes(2)
 def test_the_recorder_restores_torch_distributed_on_exit(world_size):
+    """Leaving the recorder restores torch.distributed: later calls are not recorded and still work."""
     for events in run_ranks(world_size, record_twice_rank):
         assert [e.op for e in events] == ["all_reduce"]
+
+
+# -- the default process group between tests (tests/harness/pool.py) -----------------------------
+
+_REMEMBERED: list = []  # in each rank process: the default group an earlier run saw
+
+
+def remember_group_rank(ctx):
+    _REMEMBERED[:] = [dist.group.WORLD]
+    return ctx.rank
+
+
+def same_group_rank(ctx):
+    """Whether this run got the group ``remember_group_rank`` saw, and that the group works."""
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    return {"same": bool(_REMEMBERED) and dist.group.WORLD is _REMEMBERED[0], "sum": x.item()}
+
+
+def change_group_rank(ctx, how):
+    if how == "destroy":
+        dist.destroy_process_group()
+    elif how == "destroy on rank 0" and ctx.rank == 0:
+        dist.destroy_process_group()  # only one rank changed it: every rank must still agree on a fresh group
+    elif how == "subgroup":
+        dist.new_group(list(range(ctx.world_size)))
+    return ctx.rank
+
+
+def random_rank(ctx):
+    return torch.rand(3)
+
+
+@pytest.mark.world_sizes(2)
+def test_a_test_that_passed_leaves_its_default_group_to_the_next(world_size):
+    """After a run where every rank finished with the group as it found it, the next run reuses that group."""
+    run_ranks(world_size, remember_group_rank)
+    outs = run_ranks(world_size, same_group_rank)
+    assert [o["same"] for o in outs] == [True] * world_size, outs
+    assert [o["sum"] for o in outs] == [float(world_size)] * world_size
+
+
+@pytest.mark.world_sizes(2)
+def test_after_a_failed_test_the_next_gets_a_fresh_working_group(world_size):
+    """After a rank raised, every rank joins a fresh default group, so nothing the failure left reaches the next run."""
+    run_ranks(world_size, remember_group_rank)
+    with pytest.raises(RankFailure):
+        run_ranks(world_size, raise_on_rank_one)
+    outs = run_ranks(world_size, same_group_rank)
+    assert [o["same"] for o in outs] == [False] * world_size, outs
+    assert [o["sum"] for o in outs] == [float(world_size)] * world_size
+
+
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize("how", ["destroy", "destroy on rank 0", "subgroup"])
+def test_a_test_that_changed_the_default_group_is_followed_by_a_fresh_working_one(world_size, how):
+    """A run that destroyed the default group (on some ranks or all) or made subgroups is followed by a fresh group."""
+    run_ranks(world_size, remember_group_rank)
+    assert run_ranks(world_size, change_group_rank, how) == list(range(world_size))
+    outs = run_ranks(world_size, same_group_rank)
+    assert [o["same"] for o in outs] == [False] * world_size, outs
+    assert [o["sum"] for o in outs] == [float(world_size)] * world_size
+
+
+@pytest.mark.world_sizes(2)
+def test_every_run_starts_from_the_same_per_rank_random_state(world_size):
+    """Each run seeds torch with the rank, ``torch.manual_seed(rank)``: the same numbers every run, others per rank."""
+    first, second = run_ranks(world_size, random_rank), run_ranks(world_size, random_rank)
+    for rank in range(world_size):
+        assert torch.equal(first[rank], second[rank]), f"rank {rank}: {first[rank]} then {second[rank]}"
+        seeded = torch.rand(3, generator=torch.Generator().manual_seed(rank))
+        assert torch.equal(first[rank], seeded), f"rank {rank} was not seeded with {rank}"
+    assert not torch.equal(first[0], first[1]), "ranks 0 and 1 drew the same numbers"

@@ -16,9 +16,10 @@ See tests/README.md for the whole design: pools, deadlines, stacks, the recorder
 """
 
 from tests.harness.compare import TOLERANCES, assert_close, assert_ranks_close, describe_mismatch, tolerance
-from tests.harness.config import CONFIG, run_ranks
+from tests.harness.config import CONFIG
 from tests.harness.context import RankContext
 from tests.harness.pool import RankFailure
+from tests.harness.run import run_ranks
 
 __all__ = [
     "CONFIG",

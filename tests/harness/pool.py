@@ -2,7 +2,16 @@
 
 Design (why it is not ``mp.spawn`` per test):
 - One pool per (world size, backend), started on first use and kept for the whole session, so a
-  test pays ~30 ms for a fresh process group instead of ~3 s for new processes importing torch.
+  test costs a few milliseconds instead of ~3 s for new processes importing torch.
+- The default process group is kept between tests too (joining a new one costs ~30 ms), as long
+  as the previous test left it healthy: every rank answered ``ok`` and kept the group as it
+  found it (not destroyed, replaced or given subgroups). After anything else (a rank that
+  raised, hung or died, a changed group) every rank joins a fresh group under a new
+  ``PrefixStore``, so messages a failed test left in flight can never reach the next one.
+  The trade-off: a test that *passes* yet leaves a message in flight (an ``isend`` nobody
+  receives, an un-awaited collective) could feed it to the next test. Passing code leaves
+  nothing in flight in practice, because every collective and every send it makes is matched
+  on the peer; and a test that wants a clean group whatever came before can still destroy it.
 - Rendezvous goes through a ``FileStore`` in a private temporary folder: no fixed port, so two
   suites (or two graded submissions) can run side by side on one machine.
 - Every test has a deadline. When it passes, or when one rank failed and the others did not
@@ -28,6 +37,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from tests.harness.protocol import Status
 from tests.harness.replies import RefusedReply, load_reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +67,7 @@ class WorkerPool:
     tmp: Path = field(init=False)
     ranks: list[_Rank] = field(init=False, default_factory=list)
     tasks_run: int = 0
+    fresh_group: bool = True  # the next task gets a new default process group (see the module docstring)
 
     def __post_init__(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix=f"cs336-pool-w{self.world_size}-"))
@@ -81,7 +92,7 @@ class WorkerPool:
             child_sock.close()
             self.ranks.append(_Rank(r, proc, Connection(parent_sock.detach()), log, stacks))
         replies = self._collect(list(range(self.world_size)), STARTUP_TIMEOUT_S, task=None)
-        bad = {r: v for r, v in replies.items() if v.get("status") != "ready"}
+        bad = {r: v for r, v in replies.items() if v["status"] != Status.READY}
         if bad:
             report = self._report(bad, "the worker pool did not start")
             self.close()
@@ -89,12 +100,12 @@ class WorkerPool:
 
     # -- running one task ---------------------------------------------------------------------
 
-    def run(self, fn, args, kwargs, *, impl: str, deadline: float, seed: int = 0) -> list:
+    def run(self, fn, args, kwargs, *, impl: str, deadline: float) -> list:
         __tracebackhide__ = True  # the failure message says everything; pool internals are noise
         self.tasks_run += 1
         task = self.tasks_run
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
-               "backend": self.backend, "seed": seed}  # fmt: skip
+               "backend": self.backend, "fresh_group": self.fresh_group}  # fmt: skip
         try:
             payload = pickle.dumps(msg)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -105,9 +116,10 @@ class WorkerPool:
         for r in self.ranks:
             r.conn.send_bytes(payload)
         replies = self._collect(list(range(self.world_size)), deadline, task=task)
-        if any(v["status"] != "ok" for v in replies.values()):
+        self.fresh_group = not all(v["status"] == Status.OK and v.get("group_kept") is True for v in replies.values())
+        if any(v["status"] != Status.OK for v in replies.values()):
             report = self._report(replies, f"{getattr(fn, '__name__', fn)} failed")
-            if any(v["status"] in ("hung", "died") for v in replies.values()):
+            if any(v["status"] in (Status.HUNG, Status.DIED) for v in replies.values()):
                 self.close()  # a rank is stuck or gone: the next test gets a fresh pool
             raise RankFailure(report)
         return [replies[r]["value"] for r in range(self.world_size)]
@@ -119,7 +131,7 @@ class WorkerPool:
         by_conn = {self.ranks[r].conn: r for r in pending}
         while by_conn:
             now = time.monotonic()
-            if any(v["status"] != "ready" and v["status"] != "ok" for v in replies.values()):
+            if not all(v["status"].finished for v in replies.values()):
                 end = min(end, now + ERROR_GRACE_S)
             ready = wait(list(by_conn), timeout=max(0.0, end - now))
             if not ready:
@@ -132,11 +144,11 @@ class WorkerPool:
             stacks = self._dump_stacks(hung)
             waited = (
                 f"{deadline:.0f} s deadline"
-                if not replies or all(v["status"] in ("ok", "ready") for v in replies.values())
+                if all(v["status"].finished for v in replies.values())
                 else f"{ERROR_GRACE_S:.0f} s after another rank failed"
             )
             for r in hung:
-                replies[r] = {"status": "hung", "error": f"no answer within the {waited}", "stacks": stacks[r]}
+                replies[r] = {"status": Status.HUNG, "error": f"no answer within the {waited}", "stacks": stacks[r]}
         return replies
 
     def _receive(self, r: int, task) -> dict:
@@ -145,9 +157,10 @@ class WorkerPool:
             reply = load_reply(rank.conn.recv_bytes())
             if not isinstance(reply, dict) or not isinstance(reply.get("status"), str):
                 raise RefusedReply(f"a reply that is not a status dict: {type(reply).__name__}")
+            reply["status"] = Status(reply["status"])  # ValueError for a status no worker sends
         except (RefusedReply, pickle.UnpicklingError, ValueError, TypeError, AttributeError) as exc:
-            # The rank is not to be trusted any more: "died" ends the pool after this test.
-            return {"status": "died", "error": f"its reply was refused: {exc}"[:1000]}
+            # The rank is not to be trusted any more: DIED ends the pool after this test.
+            return {"status": Status.DIED, "error": f"its reply was refused: {exc}"[:1000]}
         except (EOFError, OSError):
             try:
                 code = rank.proc.wait(timeout=5)
@@ -157,12 +170,12 @@ class WorkerPool:
                 f"killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
                 else f"exited with code {code}"
             )  # fmt: skip
-            return {"status": "died", "error": f"the rank process {how}", "stacks": _tail(rank.stacks)}
-        if reply.get("status") == "ready" or reply.get("task") == task:
+            return {"status": Status.DIED, "error": f"the rank process {how}", "stacks": _tail(rank.stacks)}
+        if reply["status"] == Status.READY or reply.get("task") == task:
             return reply
-        if reply.get("task") is None and reply.get("status") == "error":  # the task could not even be unpickled
+        if reply.get("task") is None and reply["status"] == Status.ERROR:  # the task could not even be unpickled
             return reply
-        return {"status": "error", "error": f"protocol error: reply for task {reply.get('task')}, expected {task}"}
+        return {"status": Status.ERROR, "error": f"protocol error: reply for task {reply.get('task')}, expected {task}"}
 
     def _dump_stacks(self, ranks: list[int]) -> dict[int, str]:
         for r in ranks:
@@ -178,7 +191,7 @@ class WorkerPool:
         for r in sorted(replies):
             v = replies[r]
             status = v["status"]
-            if status in ("ok", "ready"):
+            if status.finished:
                 lines.append(f"--- rank {r}: finished")
                 continue
             lines.append(f"--- rank {r}: {status}: {v.get('error', '')}")

@@ -1,17 +1,15 @@
 """One rank of a reusable worker pool (the child side of ``tests/harness/pool.py``).
 
 Started by the parent as ``python -m tests.harness.worker`` with its rank, the world size, the
-rendezvous file and an inherited socket (``--fd``) that carries length-prefixed pickles:
+rendezvous file and an inherited socket (``--fd``) that carries the messages of ``protocol.py``.
 
-    parent -> worker   {"task": n, "fn": <module-level function>, "args": ..., "kwargs": ...,
-                        "impl": "reference_solutions", "backend": "gloo", "seed": 0}
-    worker -> parent   {"task": n, "status": "ok", "value": <tensors moved to CPU>}
-                    or {"task": n, "status": "error", "error": "ValueError: ...", "traceback": "..."}
-
-Each task gets a fresh default process group (a ``PrefixStore`` per task on one ``FileStore``),
-so messages left in flight by a failed test can never reach the next one; gloo does this in
-~30 ms. The rank's stdout/stderr go to a log file and its Python stacks (on SIGUSR1, or on a
-crash) to a stack file, both truncated at every task so the parent can show what this test did.
+The default process group outlives a task: when the parent says ``fresh_group`` (the first task,
+and after any task that did not end ``ok`` with the group kept on every rank) the rank destroys
+it and joins a new one under a ``PrefixStore`` of its own on the one ``FileStore``, so messages
+left in flight by a failed test can never reach the next one; otherwise it runs the task on the
+group the previous test left. The rank's stdout/stderr go to a log file and its Python stacks (on
+SIGUSR1, or on a crash) to a stack file, both truncated at every task so the parent shows what
+this test did.
 """
 
 from __future__ import annotations
@@ -26,29 +24,22 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 
+from tests.harness import defaults
 from tests.harness.context import RankContext
+from tests.harness.limits import cap, die_with_parent
+from tests.harness.protocol import Status, reply
 
 
 def _limit_resources() -> None:
     """Caps requested by the grader through the environment (0 or unset = no cap)."""
-    log_mb = int(os.environ.get("CS336_WORKER_LOG_LIMIT_MB", "0"))
+    log_mb = int(os.environ.get(defaults.ENV_WORKER_LOG_LIMIT_MB, "0"))
     if log_mb:
         # A write past the cap fails with EFBIG instead of killing the rank with SIGXFSZ.
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (log_mb << 20, log_mb << 20))
-    mem_mb = int(os.environ.get("CS336_WORKER_MEMORY_LIMIT_MB", "0"))
+        cap(resource.RLIMIT_FSIZE, log_mb << 20)
+    mem_mb = int(os.environ.get(defaults.ENV_WORKER_MEMORY_LIMIT_MB, "0"))
     if mem_mb:
-        resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
-
-
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent dies, so no rank outlives a killed pytest."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        cap(resource.RLIMIT_AS, mem_mb << 20)
 
 
 def _to_cpu(value):
@@ -71,28 +62,49 @@ def _truncate(fd: int) -> None:
     os.lseek(fd, 0, os.SEEK_SET)
 
 
-def _run_task(msg: dict, args: argparse.Namespace, store) -> dict:
-    import torch
-    import torch.distributed as dist
+class _Rank:
+    """This process's rank: its device, the rendezvous store and the default group it made."""
 
-    # The previous task's group is destroyed only now, when the parent has heard from every rank:
-    # destroying it at the end of a task would turn a peer's hang into a confusing "connection
-    # closed" error instead of a stack showing where it waits.
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    backend = msg["backend"]
-    device = torch.device(f"cuda:{args.rank}") if backend == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    torch.manual_seed(msg.get("seed", 0) + args.rank)
-    task_store = dist.PrefixStore(f"task{msg['task']}/", store)
-    init_kwargs = {"device_id": device} if device.type == "cuda" else {}
-    dist.init_process_group(backend, store=task_store, rank=args.rank, world_size=args.world_size, **init_kwargs)
-    ctx = RankContext(rank=args.rank, world_size=args.world_size, backend=backend, device=device, impl=msg["impl"])
-    value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return {"task": msg["task"], "status": "ok", "value": _to_cpu(value)}
+    def __init__(self, args: argparse.Namespace, store) -> None:
+        self.rank, self.world_size, self.store = args.rank, args.world_size, store
+        self.group = None  # the default process group this rank made, while a test may use it
+
+    def join_fresh_group(self, task: int, backend: str, device) -> None:
+        import torch.distributed as dist
+
+        # The previous group is destroyed only now, when the parent has heard from every rank:
+        # destroying it at the end of a task would turn a peer's hang into a confusing "connection
+        # closed" error instead of a stack showing where it waits.
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        init_kwargs = {"device_id": device} if device.type == "cuda" else {}
+        task_store = dist.PrefixStore(f"task{task}/", self.store)
+        dist.init_process_group(backend, store=task_store, rank=self.rank, world_size=self.world_size, **init_kwargs)
+        self.group = dist.group.WORLD
+
+    def group_kept(self) -> bool:
+        """The task left the default group as it found it: still initialized, the same object, no
+        subgroups (a test that made subgroups, or destroyed or replaced the group, gets a fresh one)."""
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        return dist.is_initialized() and dist.group.WORLD is self.group and len(distributed_c10d._world.pg_map) == 1
+
+    def run(self, msg: dict) -> dict:
+        import torch
+
+        backend = msg["backend"]
+        device = torch.device(f"cuda:{self.rank}") if backend == "nccl" else torch.device("cpu")
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if msg["fresh_group"]:
+            self.join_fresh_group(msg["task"], backend, device)
+        torch.manual_seed(self.rank)  # every test starts from the same per-rank random state
+        ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"])
+        value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return reply(msg["task"], Status.OK, value=_to_cpu(value), group_kept=self.group_kept())
 
 
 def main() -> None:
@@ -105,7 +117,7 @@ def main() -> None:
     parser.add_argument("--stacks", required=True)
     args = parser.parse_args()
 
-    _die_with_parent()
+    die_with_parent()  # no rank outlives a killed pytest
     # Everything the rank prints goes to its own log file, never into the parent's stdout.
     log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log_fd, 1)
@@ -120,38 +132,29 @@ def main() -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # ranks share few cores; oversubscription makes tests slow and flaky
-    store = dist.FileStore(args.store, args.world_size)
-    conn.send_bytes(pickle.dumps({"status": "ready", "pid": os.getpid()}))
+    rank = _Rank(args, dist.FileStore(args.store, args.world_size))
+    conn.send_bytes(pickle.dumps(reply(None, Status.READY, pid=os.getpid())))
 
     while True:
         try:
             raw = conn.recv_bytes()
         except (EOFError, OSError):
-            return  # the parent went away: nothing left to do
+            return  # the parent went away (or closed the pool): nothing left to do
         _truncate(log_fd)
         _truncate(stacks.fileno())
         task = None
         try:
             msg = pickle.loads(raw)
-            task = msg.get("task")
-            if msg.get("stop"):
-                return
-            reply = _run_task(msg, args, store)
+            task = msg["task"]
+            answer = rank.run(msg)
         except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt must be reported too
-            reply = {
-                "task": task,
-                "status": "error",
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(),
-            }
+            answer = reply(task, Status.ERROR, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
         sys.stdout.flush()
         sys.stderr.flush()
         try:
-            payload = pickle.dumps(reply)
+            payload = pickle.dumps(answer)
         except Exception as exc:  # noqa: BLE001
-            payload = pickle.dumps(
-                {"task": task, "status": "error", "error": f"result could not be pickled: {exc}", "traceback": ""}
-            )
+            payload = pickle.dumps(reply(task, Status.ERROR, error=f"result could not be pickled: {exc}", traceback=""))
         conn.send_bytes(payload)
 
 
