@@ -7,6 +7,7 @@
 not exercise the student package) FAILS — no pass, no error at setup or collection (a skip needs a reason) —
 its message carries the stub's ``NotImplementedError: Task p.t (...): see handouts/...``, and the
 whole run ends in bounded time (no hang). Exit status 0 when all of that holds.
+``judge_junit`` is the one judge of that rule; the student release's check uses it too.
 """
 
 from __future__ import annotations
@@ -19,15 +20,60 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 STUB_MESSAGE = re.compile(r"NotImplementedError: Task \d+\.\d+ \(.+\): see handouts/\S+\.md §\d+\.\d+")
+CLEAN, PASSED, ERRORED, OTHER_FAILURE, SKIPPED, SKIPPED_SILENTLY = (
+    "failed with the stub's message", "passed", "errored", "failed otherwise", "skipped", "skipped without a reason"
+)  # fmt: skip
+PROBLEMS = {
+    PASSED: "PASSED against the stubs (does it test anything?)",
+    ERRORED: "ERROR (not a clean failure)",
+    OTHER_FAILURE: "failed without the stub's message",
+    SKIPPED_SILENTLY: "skipped without a reason",
+}
 
 
-def run(root: Path, impl: str, timeout: float, extra: list[str]) -> int:
+@dataclass(frozen=True)
+class Verdict:
+    test: str  # classname::name, as JUnit names it
+    outcome: str  # one of the constants above
+    message: str  # pytest's message for it (empty for a pass)
+
+    @property
+    def problem(self) -> str | None:
+        """What is wrong with this test against the stubs, or None (a clean failure, or a skip with a reason)."""
+        if self.outcome not in PROBLEMS:
+            return None
+        return f"{self.test}: {PROBLEMS[self.outcome]}" + (f": {self.message[:300]}" if self.message else "")
+
+
+def judge_junit(path: Path) -> list[Verdict]:
+    """Classify every test case of pytest's JUnit XML at ``path`` against the stub rule."""
+    verdicts = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
+        if error is not None:
+            verdicts.append(Verdict(name, ERRORED, error.get("message") or ""))
+        elif skipped is not None:  # decided in the parent, with a reason (e.g. no GPU for world 8)
+            reason = skipped.get("message") or ""
+            verdicts.append(Verdict(name, SKIPPED if reason else SKIPPED_SILENTLY, reason))
+        elif failure is None:
+            verdicts.append(Verdict(name, PASSED, ""))
+        else:
+            message = failure.get("message") or ""
+            clean = STUB_MESSAGE.search(message + (failure.text or ""))
+            verdicts.append(Verdict(name, CLEAN if clean else OTHER_FAILURE, message))
+    return verdicts
+
+
+def run(root: Path, impl: str = "student", timeout: float = 1800, extra: list[str] = (), python: str = sys.executable):
+    """Run ``tests`` under ``root`` against ``impl`` with ``python``; print the verdict. Returns the problems."""
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "tests", f"--impl={impl}", "-m", "not harness and not staff",
+        cmd = [str(python), "-m", "pytest", "tests", f"--impl={impl}", "-m", "not harness and not staff",
                "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "--tb=line", *extra]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
         start = time.monotonic()
@@ -35,31 +81,15 @@ def run(root: Path, impl: str, timeout: float, extra: list[str]) -> int:
         seconds = time.monotonic() - start
         if not junit.exists():
             print(proc.stdout[-5000:], proc.stderr[-5000:], sep="\n")
-            print("FAIL: pytest wrote no report (collection crashed?)")
-            return 1
-        cases = ET.parse(junit).getroot().iter("testcase")
-        problems, total, skips = [], 0, 0
-        for case in cases:
-            total += 1
-            name = f"{case.get('classname')}::{case.get('name')}"
-            failure, error, skipped = case.find("failure"), case.find("error"), case.find("skipped")
-            if error is not None:
-                problems.append(f"{name}: ERROR (not a clean failure): {error.get('message', '')[:200]}")
-            elif skipped is not None:  # decided in the parent, with a reason (e.g. no GPU for world 8)
-                skips += 1
-                if not skipped.get("message"):
-                    problems.append(f"{name}: skipped without a reason")
-            elif failure is None:
-                problems.append(f"{name}: PASSED against the stubs (does it test anything?)")
-            elif not STUB_MESSAGE.search((failure.get("message") or "") + (failure.text or "")):
-                problems.append(f"{name}: failed without the stub's message: {(failure.get('message') or '')[:300]}")
-    print(f"{total} tests ran against the stubs in {seconds:.0f} s ({skips} skipped with a reason)")
-    if total == 0:
-        problems.append("no test was collected")
+            return ["pytest wrote no report (collection crashed?)"]
+        verdicts = judge_junit(junit)
+    skips = sum(v.outcome == SKIPPED for v in verdicts)
+    print(f"{len(verdicts)} tests ran against the stubs in {seconds:.0f} s ({skips} skipped with a reason)")
+    problems = [v.problem for v in verdicts if v.problem] or ([] if verdicts else ["no test was collected"])
     for p in problems:
         print("  " + p)
     print("OK: every test fails cleanly with the stub's message" if not problems else f"FAIL: {len(problems)} problems")
-    return 1 if problems else 0
+    return problems
 
 
 def main() -> None:
@@ -68,7 +98,7 @@ def main() -> None:
     parser.add_argument("--impl", default="student", help="package holding the stubs (default: student)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run")
     args, extra = parser.parse_known_args()
-    sys.exit(run(args.root, args.impl, args.timeout, extra))
+    sys.exit(1 if run(args.root, args.impl, args.timeout, extra) else 0)
 
 
 if __name__ == "__main__":

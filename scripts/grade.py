@@ -1,11 +1,13 @@
 """Grade student submissions against the public and hidden tests; write Gradescope's results.json.
 
-    python scripts/grade.py submission.zip --out results.json          # one submission (zip or folder)
-    python scripts/grade.py sub/ --out r.json --parts collectives      # only part 1
-    python scripts/grade.py sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
-    python scripts/grade.py --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
+Run from the repository root, as a module (imports are ``scripts.grading.*`` and ``tests.harness.*``):
 
-How (details in handouts/grading.md and scripts/grading/*.py): the submission's six part modules are
+    python -m scripts.grade submission.zip --out results.json          # one submission (zip or folder)
+    python -m scripts.grade sub/ --out r.json --parts collectives      # only part 1
+    python -m scripts.grade sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
+    python -m scripts.grade --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
+
+How (details in handouts/grading.md and scripts/grading/*.py): the submission's part modules are
 read (never extracted) and placed, with the staff tests and the staff copies of the given helpers, in
 a private sandbox where ``reference_solutions`` cannot be imported. pytest runs there with the
 student implementation; student code runs only in the rank processes. Each test's outcome comes back
@@ -28,12 +30,13 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts" / "grading"))
+from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility
+from scripts.grading.runner import RunRecord, Settings, kill_descendants, run_tests
+from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
+from tests.harness import defaults
+from tests.harness.limits import become_subreaper
 
-from rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility  # noqa: E402
-from runner import RunRecord, Settings, become_subreaper, kill_descendants, run_tests  # noqa: E402
-from sandbox import StaffFiles, SubmissionError, read_submission  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _test_files(rubric: Rubric, staff: StaffFiles) -> list[str]:
@@ -144,19 +147,20 @@ def grade_one(args) -> int:
 def _batch(args) -> int:
     from tqdm import tqdm
 
-    subs = sorted(p for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
-    out_dir = args.results_dir or args.batch.with_name(args.batch.name + "-results")
+    # Absolute paths: each submission is graded by `python -m scripts.grade` started in the repository root.
+    subs = sorted(p.resolve() for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
+    out_dir = (args.results_dir or args.batch.with_name(args.batch.name + "-results")).resolve()
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
                    "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
-                   str(args.rubric)]  # fmt: skip
+                   str(args.rubric.resolve())]  # fmt: skip
     for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as)):
         passthrough += [flag, value] if value else []
 
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, __file__, str(sub), "--out", str(out), *passthrough],
-                              capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "scripts.grade", str(sub), "--out", str(out), *passthrough],
+                              cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
         return sub, out, proc.returncode, time.monotonic() - start
 
     rows = []
@@ -197,9 +201,12 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="--batch: submissions graded at once (default 1)")
     p.add_argument("--parts", help="comma-separated part names or numbers (default: all in the rubric)")
     p.add_argument("--select", help="only tests matching this pytest -k expression (regrading one test)")
-    p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="gloo (CPU) or nccl (GPUs)")
-    p.add_argument("--world-sizes", default="1,2,4", help="world sizes for distributed tests (default 1,2,4)")
-    p.add_argument("--deadline", type=float, default=30, help="seconds per distributed run before a hang is called")
+    p.add_argument("--backend", default=defaults.DEFAULT_BACKEND, choices=["gloo", "nccl"],
+                   help=f"gloo (CPU) or nccl (GPUs) (default {defaults.DEFAULT_BACKEND})")  # fmt: skip
+    p.add_argument("--world-sizes", default=defaults.DEFAULT_WORLD_SIZES,
+                   help=f"world sizes for distributed tests (default {defaults.DEFAULT_WORLD_SIZES})")  # fmt: skip
+    p.add_argument("--deadline", type=float, default=defaults.DEFAULT_DEADLINE_S,
+                   help=f"seconds a distributed run may take (default {defaults.DEFAULT_DEADLINE_S:g})")  # fmt: skip
     p.add_argument("--test-timeout", type=float, default=240, help="seconds one test may take in all (default 240)")
     p.add_argument("--timeout", type=float, default=2400, help="seconds for the whole grade (default 2400)")
     p.add_argument("--memory-mb", type=int, help="address-space cap per rank (default 4096 on gloo, none on nccl)")

@@ -1,19 +1,20 @@
-"""Write the student release of the kit to OUT and check it (staff only).
+"""Write the student release of the kit to OUT and check it (staff only; run from the repository root).
 
-    python scripts/make_student_release.py ../cs336-systems-release       # write and check
-    python scripts/make_student_release.py OUT --no-check                 # write only
+    python -m scripts.make_student_release ../cs336-systems-release       # write and check
+    python -m scripts.make_student_release OUT --no-check                 # write only
 
-The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones:
-``reference_solutions/``, ``tests/staff/hidden/``, ``tests/staff/grader/``, ``tests/staff/mutants/``, the API-parity test,
-the grader and its rubric (``scripts/grade.py``, ``scripts/grading/``), this script and
-``handouts/grading.md``. ``pyproject.toml`` loses the reference package; README sections between
-``<!-- staff -->`` and ``<!-- /staff -->`` are cut. Then the release is checked:
+The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones,
+listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
+tests, mutants, grader tests, the API-parity test), the grader (``scripts/grade.py``,
+``scripts/grading/``), this script, ``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
+``pyproject.toml`` loses the reference package; README sections between ``<!-- staff -->`` and
+``<!-- /staff -->`` are cut. Then the release is checked:
 1. no staff file and no staff text: no line of the reference's code that the stubs do not share, no
    hidden test's name, no ``pytest.mark.staff``;
 2. a fresh install works: a new virtual environment (reusing this one's dependencies, not this
    checkout) installs the release with pip;
-3. ``pytest tests/`` there: tests marked ``harness`` pass, every other test fails with the stubs'
-   ``NotImplementedError`` naming its handout section, and nothing errors at collection.
+3. ``pytest tests/`` there: tests marked ``harness`` pass, and every other test fails cleanly with the
+   stubs' ``NotImplementedError`` naming its handout section (scripts/check_stubs.py's judge).
 """
 
 from __future__ import annotations
@@ -25,22 +26,19 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from scripts import check_stubs
+from scripts.grading.staff import STAFF_ONLY, STAFF_TESTS, is_staff_only, path_of
+
 REPO = Path(__file__).resolve().parents[1]
-STAFF_PATHS = (
-    "reference_solutions/", "tests/staff/hidden/", "tests/staff/grader/", "tests/staff/mutants/", "tests/staff/test_api_parity.py",
-    "scripts/grade.py", "scripts/grading/", "scripts/make_student_release.py", "handouts/grading.md",
-    "scripts/main.sh", ".ci/",
-)  # fmt: skip
 STAFF_SECTION = re.compile(r"<!-- staff -->.*?<!-- /staff -->\n?", re.S)
 
 
 def release_files() -> list[str]:
     out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return sorted(f for f in out.splitlines() if f and not f.startswith(STAFF_PATHS) and (REPO / f).is_file())
+    return sorted(f for f in out.splitlines() if f and not is_staff_only(f) and (REPO / f).is_file())
 
 
 def write_release(out: Path) -> list[str]:
@@ -60,20 +58,22 @@ def write_release(out: Path) -> list[str]:
     return files
 
 
-def staff_text() -> list[str]:
+def staff_text() -> tuple[list[str], list[str]]:
     """Lines that only staff files contain: the reference's own code and the hidden tests' names."""
     shared = {ln.strip() for p in (REPO / "cs336_systems").glob("*.py") for ln in p.read_text().splitlines()}
     ref = {ln.strip() for p in (REPO / "reference_solutions").glob("*.py") for ln in p.read_text().splitlines()}
     skip = ("#", '"""', "from ", "import ")
     lines = sorted(ln for ln in ref - shared if len(ln) >= 40 and not ln.startswith(skip))
-    hidden = [m.group(1) for p in (REPO / "tests/staff/hidden").glob("*.py")
+    hidden = [m.group(1) for p in (REPO / path_of("hidden")).glob("*.py")
               for m in re.finditer(r"^def (test_\w+)", p.read_text(), re.M)]  # fmt: skip
     return lines, hidden + ["pytest.mark.staff"]
 
 
 def check_no_staff_text(out: Path) -> list[str]:
     code_lines, names = staff_text()
-    problems = [f"{rel} is staff-only" for rel in STAFF_PATHS if (out / rel).exists()]
+    problems = [f"{e.path} is staff-only" for e in STAFF_ONLY if (out / e.path).exists()]
+    if (out / STAFF_TESTS).exists():
+        problems.append(f"{STAFF_TESTS} is staff-only")
     for p in out.rglob("*"):
         if p.is_file() and p.suffix in (".py", ".md", ".toml", ".txt", ".cfg", ".sh"):
             text = p.read_text(errors="replace")
@@ -102,31 +102,14 @@ def fresh_env(out: Path, tmp: Path) -> Path:
     return python
 
 
-def run_release_tests(python: Path, out: Path, tmp: Path) -> list[str]:
+def run_release_tests(python: Path, out: Path) -> list[str]:
     problems = []
-    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-p", "no:cacheprovider", "--world-sizes", "1,2"]
-    harness = subprocess.run([*cmd, "-m", "harness"], cwd=out, capture_output=True, text=True)
+    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-p", "no:cacheprovider", "-m", "harness", "--world-sizes=1,2"]
+    harness = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     if harness.returncode not in (0, 5):
         problems.append(f"harness tests fail in the release:\n{harness.stdout[-3000:]}")
-    xml = tmp / "stubs.xml"
-    stubs = subprocess.run([*cmd, "-m", "not harness", f"--junitxml={xml}"], cwd=out, capture_output=True, text=True)
-    if not xml.exists():
-        return problems + [f"pytest did not run:\n{stubs.stdout[-3000:]}{stubs.stderr[-2000:]}"]
-    cases = list(ET.parse(xml).getroot().iter("testcase"))
-    for case in cases:
-        name = f"{case.get('classname')}::{case.get('name')}"
-        failure = case.find("failure")
-        if case.find("error") is not None:
-            problems.append(f"{name}: errors instead of failing cleanly")
-        elif case.find("skipped") is not None:
-            continue
-        elif failure is None:
-            problems.append(f"{name}: passes against the stubs")
-        elif not re.search(r"NotImplementedError: Task \d+\.\d+ .*handouts/", failure.get("message", "") +
-                           (failure.text or "")):  # fmt: skip
-            problems.append(f"{name}: fails without the stub's message: {failure.get('message', '')[:200]}")
-    print(f"release: {len(cases)} non-harness tests ran against the stubs; {len(problems)} problem(s)")
-    return problems
+    print("release: the student tests against the stubs, as scripts/check_stubs.py judges them")
+    return problems + check_stubs.run(out, "student", extra=["--world-sizes", "1,2"], python=python)
 
 
 def main() -> int:
@@ -144,7 +127,7 @@ def main() -> int:
     problems = check_no_staff_text(out)
     with tempfile.TemporaryDirectory(prefix="cs336-release-") as tmp:
         python = fresh_env(out, Path(tmp))
-        problems += run_release_tests(python, out, Path(tmp))
+        problems += run_release_tests(python, out)
     for problem in problems:
         print("PROBLEM:", problem)
     print("release OK" if not problems else f"{len(problems)} problem(s)")

@@ -1,10 +1,11 @@
 """Build the Gradescope autograder zip: setup.sh and run_autograder at its root, the kit under source/.
 
-    python scripts/grading/make_autograder_zip.py              # writes out/autograder.zip
+    python -m scripts.grading.make_autograder_zip              # writes out/autograder.zip
 
-The zip holds what grading needs (tests with the hidden ones, the harness, the stubs and given helpers,
-the grader and its rubric) and NOT reference_solutions: no copy of the reference exists on the
-grading machine for a submission to find. Upload it under "Configure Autograder" (see handouts/grading.md).
+The zip holds what grading needs (the tests with the hidden ones, the harness, the stubs and given
+helpers, the grader and its rubric) and nothing staff.py keeps off the grading machine: no copy of
+the reference exists there for a submission to find. Upload it under "Configure Autograder"
+(see handouts/grading.md).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+from scripts.grading.staff import reaches_grading_machine
+
 REPO = Path(__file__).resolve().parents[2]
 KEEP = ("pyproject.toml", "cs336_systems/", "tests/", "scripts/")
-DROP = ("tests/staff/grader/", "tests/staff/mutants/")
 
 
 def main() -> None:
@@ -31,7 +33,7 @@ def main() -> None:
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16
             zf.writestr(info, (REPO / "scripts/grading/gradescope" / name).read_bytes())
-        kept = [f for f in files if f.startswith(KEEP) and not f.startswith(DROP) and (REPO / f).is_file()]
+        kept = [f for f in files if f.startswith(KEEP) and reaches_grading_machine(f) and (REPO / f).is_file()]
         for f in kept:
             zf.write(REPO / f, f"source/{f}")
     print(f"wrote {args.out} ({len(kept)} source files)")

@@ -1,17 +1,17 @@
 """The grader's pytest plugin: reports every test's outcome to the grader over a private, signed channel.
 
-Loaded by ``scripts/grading/runner.py`` as ``pytest -p cs336_grading_plugin`` inside the sandbox (the
-runner copies this file there under that name); never used by students.
+Loaded by ``scripts/grading/runner.py`` as ``pytest -p scripts.grading.plugin`` inside the sandbox
+(sandbox.py copies this file and channel.py there under the same names); never used by students.
 
 Why a channel of its own: the grader never reads pytest's stdout (a submission can print a fake
 summary) nor a results file (a submission can write one). Instead:
 - the runner passes an inherited pipe's write end (``--grading-fd``) that only this process holds
   (rank processes are started with ``close_fds``), and a per-run secret key on a second pipe
   (``--grading-key-fd``; not in argv or the environment, which other processes can read);
-- every line is JSON ``{"seq": n, ...}`` followed by an HMAC-SHA256 of that JSON under the key; the
-  runner drops lines that do not verify or arrive out of order;
+- every event is one line signed under that key (wire format: channel.py); the runner drops lines
+  that do not verify or arrive out of order;
 - this process makes itself non-dumpable, so a rank running as the same (non-root) user cannot read
-  its memory or its file descriptors through /proc (``scripts/grade.py --run-as`` covers root).
+  its memory or its file descriptors through /proc (``python -m scripts.grade --run-as`` covers root).
 
 The one place where data from student code enters this process, the rank replies, is hardened by
 the harness itself (tests/harness/replies.py: only plain data is rebuilt).
@@ -19,22 +19,14 @@ the harness itself (tests/harness/replies.py: only plain data is rebuilt).
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import hmac
-import json
 import os
 
 import pytest
 
+from scripts.grading import channel
+from tests.harness.limits import make_undumpable
+
 OUTPUT_LIMIT = 6000  # characters of failure text kept per test; the grader truncates further
-
-
-def _make_undumpable() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(4, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
-        pass
 
 
 # -- the signed channel -----------------------------------------------------------------------------
@@ -46,9 +38,7 @@ class _Channel:
 
     def send(self, event: str, **fields) -> None:
         self.seq += 1
-        body = json.dumps({"seq": self.seq, "event": event, **fields}, separators=(",", ":"))
-        mac = hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
-        data = f"{body}\t{mac}\n".encode()
+        data = channel.encode(self.key, self.seq, event, **fields)
         while data:
             data = data[os.write(self.fd, data) :]
 
@@ -124,6 +114,6 @@ def pytest_configure(config: pytest.Config) -> None:
     fd = config.getoption("--grading-fd")
     if fd is None:
         return
-    _make_undumpable()
+    make_undumpable()
     key = _read_key(config.getoption("--grading-key-fd"))
     config.pluginmanager.register(GradingReporter(_Channel(fd, key)), "cs336-grading-reporter")

@@ -68,7 +68,7 @@ class Rubric:
         return None
 
     def select(self, names: list[str] | None) -> Rubric:
-        """Only the named parts (by name or number); ``None`` keeps all."""
+        """Only the named entries (by name, or by handout part number: ``3`` is sharded_optimizer and fsdp)."""
         if not names:
             return self
         chosen = {}
@@ -76,7 +76,7 @@ class Rubric:
             match = [p for p in self.parts.values() if n in (p.name, str(p.number))]
             if not match:
                 raise RubricError(f"--parts: no part named {n!r} (parts: {', '.join(self.parts)})")
-            chosen[match[0].name] = match[0]
+            chosen.update((p.name, p) for p in match)
         return Rubric(**{**self.__dict__, "parts": chosen})
 
 
@@ -167,7 +167,8 @@ def score(rubric: Rubric, items: list[dict], outcomes: dict[str, tuple[str, str]
         if outcome == "skipped" and rubric.skipped == "fail":
             outcome = "failed"
         entry.cases.append((item["nodeid"], outcome, output))
-    ordered = sorted(entries.values(), key=lambda e: (e.part.number, e.pool == "hidden", e.file))
+    order = {name: i for i, name in enumerate(rubric.parts)}  # the rubric's order (sharded_optimizer before fsdp)
+    ordered = sorted(entries.values(), key=lambda e: (order[e.part.name], e.pool == "hidden", e.file))
     for part in rubric.parts.values():
         for pool, points in (("public", part.points), ("hidden", part.hidden_points)):
             members = [e for e in ordered if e.part is part and e.pool == pool and e.counted]

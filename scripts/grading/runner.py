@@ -15,10 +15,6 @@ signed pipe (see plugin.py). The runner reads only that pipe, never pytest's std
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
-import hmac
-import json
 import os
 import resource
 import secrets
@@ -30,19 +26,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox
+from scripts.grading import channel
+from scripts.grading.sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox
+from tests.harness import defaults
+from tests.harness.limits import cap
 
 MAX_RESTARTS = 25
-MAX_LINE = 1 << 20
 KEEP_LOG = 20000  # characters of pytest's own stdout kept for staff (never shown to students)
 
 
 @dataclass
 class Settings:
     work: Path  # private folder of this grade (sandbox, home, tmp, pytest log)
-    backend: str = "gloo"
-    world_sizes: str = "1,2,4"
-    deadline: float = 30.0  # the harness's per-run_ranks deadline
+    backend: str = defaults.DEFAULT_BACKEND
+    world_sizes: str = defaults.DEFAULT_WORLD_SIZES
+    deadline: float = defaults.DEFAULT_DEADLINE_S  # the harness's per-run_ranks deadline
     test_timeout: float = 240.0  # one test (all its runs) may take this long before it is stopped
     budget: float = 2400.0  # the whole grade
     worker_memory_mb: int = 4096  # address-space cap of each rank (0: none; CUDA needs none)
@@ -61,13 +59,6 @@ class RunRecord:
 
 
 # -- processes -----------------------------------------------------------------------------------------
-
-
-def become_subreaper() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -126,6 +117,8 @@ def kill_descendants() -> int:
 
 
 class ChannelReader:
+    """Reads channel.py's lines from the pipe; keeps those that verify and continue the sequence."""
+
     def __init__(self, fd: int, key: bytes):
         self.fd, self.key, self.buf, self.seq = fd, key, b"", 0
         self.rejected = 0
@@ -142,25 +135,15 @@ class ChannelReader:
         events = []
         while b"\n" in self.buf:
             line, self.buf = self.buf.split(b"\n", 1)
-            event = self._verify(line)
-            if event is not None:
-                events.append(event)
-        if len(self.buf) > MAX_LINE:
+            event = channel.decode(self.key, line)
+            if event is None or event.get("seq") != self.seq + 1:
+                self.rejected += 1
+                continue
+            self.seq += 1
+            events.append(event)
+        if len(self.buf) > channel.MAX_LINE:
             self.buf, self.rejected = b"", self.rejected + 1
         return events
-
-    def _verify(self, line: bytes) -> dict | None:
-        try:
-            body, mac = line.rsplit(b"\t", 1)
-            good = hmac.compare_digest(hmac.new(self.key, body, hashlib.sha256).hexdigest().encode(), mac)
-            event = json.loads(body) if good else None
-        except ValueError:
-            event = None
-        if event is None or event.get("seq") != self.seq + 1:
-            self.rejected += 1
-            return None
-        self.seq += 1
-        return event
 
 
 # -- one pytest process --------------------------------------------------------------------------------
@@ -188,12 +171,10 @@ def _env(settings: Settings, sandbox: Path) -> dict[str, str]:
 def _limits(settings: Settings):
     def apply() -> None:
         # The judge process itself: bounded output files and, on CPU, bounded memory (it unpickles replies).
-        cap = max(4 * settings.worker_log_mb, 256) << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (cap, cap))
+        cap(resource.RLIMIT_FSIZE, max(4 * settings.worker_log_mb, 256) << 20)
         if settings.worker_memory_mb:
-            mem = max(4 * settings.worker_memory_mb, 16384) << 20
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            cap(resource.RLIMIT_AS, max(4 * settings.worker_memory_mb, 16384) << 20)
+        cap(resource.RLIMIT_CORE, 0)
 
     return apply
 

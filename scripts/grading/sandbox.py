@@ -4,11 +4,12 @@
     sub = read_submission(Path("sub.zip"))        # only the six part modules, as bytes
     build_sandbox(dest, staff, sub)               # rebuilt from memory before every pytest start
 
-The sandbox holds the staff tests (public and hidden), the harness, pyproject.toml, the given
-helpers of ``cs336_systems`` (``__init__``, ``models``, ``utils``: always the staff copies) and the
-student's part modules (or the staff stub for a module the submission lacks). It never holds
-``reference_solutions``: a placeholder package of that name raises ImportError, so that a
-submission importing the reference fails loudly instead of finding an installed copy.
+The sandbox holds the tests that reach the grading machine (public and hidden; staff.py says which),
+the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_systems`` (``__init__``,
+``models``, ``utils``: always the staff copies) and the student's part modules (or the staff stub
+for a module the submission lacks). It never holds ``reference_solutions``: a placeholder package
+of that name raises ImportError, so that a submission importing the reference fails loudly instead
+of finding an installed copy.
 
 Submissions are read, never extracted: no path from a zip ever reaches the file system, symlinks
 are refused, and sizes are capped (a zip bomb stops at the cap).
@@ -23,11 +24,13 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "tensor_parallel", "pipeline", "accounting")
-MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; 2 MiB is far beyond any real one
-PLUGIN_NAME = "cs336_grading_plugin"
-# Staff folders under tests/ that never enter a sandbox: grader tests and mutants use the reference.
-STAFF_ONLY_TESTS = ("tests/staff/grader/", "tests/staff/mutants/")
+from scripts.grading.staff import reaches_grading_machine
+from scripts.make_submission import MAX_MODULE_BYTES, PART_MODULES
+
+# The plugin is imported by this name inside the sandbox, from copies of these files (same paths as here).
+PLUGIN_NAME = "scripts.grading.plugin"
+PLUGIN_FILES = ("scripts/__init__.py", "scripts/grading/__init__.py", "scripts/grading/plugin.py",
+                "scripts/grading/channel.py")  # fmt: skip
 REFERENCE_PLACEHOLDER = '''"""Not available while grading."""
 
 raise ImportError(
@@ -122,12 +125,12 @@ class StaffFiles:
         for sub in ("tests", "cs336_systems"):
             for p in sorted((repo / sub).rglob("*")):
                 rel = p.relative_to(repo).as_posix()
-                if not p.is_file() or "__pycache__" in rel or rel.startswith(STAFF_ONLY_TESTS):
+                if not p.is_file() or "__pycache__" in rel or not reaches_grading_machine(rel):
                     continue
                 if p.suffix in (".py", ".md", ".toml", ".json", ".txt"):
                     files[rel] = p.read_bytes()
-        files["pyproject.toml"] = (repo / "pyproject.toml").read_bytes()
-        files[f"{PLUGIN_NAME}.py"] = (repo / "scripts/grading/plugin.py").read_bytes()
+        for rel in ("pyproject.toml", *PLUGIN_FILES):
+            files[rel] = (repo / rel).read_bytes()
         files["reference_solutions/__init__.py"] = REFERENCE_PLACEHOLDER.encode()
         return cls(files)
 

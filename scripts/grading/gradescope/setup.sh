@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when building the autograder image (Ubuntu base image).
 # The autograder zip holds this file and run_autograder at its root and the kit under source/;
-# build it with: python scripts/grading/make_autograder_zip.py  (see handouts/grading.md).
+# build it with: python -m scripts.grading.make_autograder_zip  (see handouts/grading.md).
 set -euo pipefail
 apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
 python3 -m venv /opt/cs336

@@ -11,21 +11,19 @@ import stat
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
+from scripts.grading.sandbox import MAX_MODULE_BYTES, read_submission
+from tests.harness.pool import ROOT as REPO
+
 pytestmark = pytest.mark.staff
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts" / "grading"))
-
-from sandbox import MAX_MODULE_BYTES, read_submission  # noqa: E402
 
 REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_bytes()
 
 
 def test_modules_are_found_at_any_depth_and_a_cs336_systems_folder_wins(tmp_path):
+    """Part modules are taken at any depth of a zip; a copy inside cs336_systems/ wins, with a note; junk is ignored."""
     zpath = tmp_path / "sub.zip"
     with zipfile.ZipFile(zpath, "w") as zf:
         zf.writestr("hw/cs336_systems/collectives.py", "A = 1\n")
@@ -39,6 +37,7 @@ def test_modules_are_found_at_any_depth_and_a_cs336_systems_folder_wins(tmp_path
 
 
 def test_links_and_oversized_modules_are_refused_with_a_note(tmp_path):
+    """Symbolic links and modules over the size cap (also a zip bomb) are refused, each with a note saying why."""
     folder = tmp_path / "sub" / "cs336_systems"
     folder.mkdir(parents=True)
     os.symlink(REPO / "reference_solutions" / "collectives.py", folder / "collectives.py")
@@ -57,6 +56,7 @@ def test_links_and_oversized_modules_are_refused_with_a_note(tmp_path):
 
 
 def test_batch_grades_every_submission_and_writes_a_csv(tmp_path):
+    """--batch grades each folder and zip (reference: full marks, stub: 0) into one CSV row each and a table."""
     batch = tmp_path / "subs"
     (batch / "alice" / "cs336_systems").mkdir(parents=True)
     (batch / "alice" / "cs336_systems" / "collectives.py").write_bytes(REFERENCE)
@@ -64,10 +64,10 @@ def test_batch_grades_every_submission_and_writes_a_csv(tmp_path):
         zf.write(REPO / "cs336_systems" / "collectives.py", "cs336_systems/collectives.py")
     out_csv = tmp_path / "grades.csv"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "grade.py"), "--batch", str(batch), "--csv", str(out_csv),
+        [sys.executable, "-m", "scripts.grade", "--batch", str(batch), "--csv", str(out_csv),
          "--jobs", "2", "--parts", "collectives", "--select", "broadcast and float32 and first",
          "--world-sizes", "2", "--timeout", "120"],
-        capture_output=True, text=True, timeout=300,
+        cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r["submission"]: r for r in csv.DictReader(out_csv.open())}

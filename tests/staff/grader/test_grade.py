@@ -4,7 +4,7 @@
 
 Each case copies reference_solutions/collectives.py into a temporary submission, breaks ``all_reduce``
 (or the module's import) in one hostile way, grades two tests of part 1 at world size 2 through
-scripts/grade.py in a subprocess, and checks: the attacked test scores 0 with a clear message, the
+``python -m scripts.grade`` in a subprocess, and checks: the attacked test scores 0 with a clear message, the
 untouched test (broadcast) still scores full marks, the grade ends in time and leaves no process.
 """
 
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.pool import ROOT as REPO
+
 pytestmark = pytest.mark.staff
 
-REPO = Path(__file__).resolve().parents[2]
 REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_text()
 ATTACKED = "all_reduce_sums_in_place_on_every_rank"
 CONTROL = "broadcast_copies_src_tensor_to_every_rank"
@@ -97,13 +98,13 @@ def _grade(tmp_path: Path, source: str, timeout: float = 150) -> tuple[dict, flo
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(source)
     out = tmp_path / "results.json"
-    cmd = [sys.executable, str(REPO / "scripts" / "grade.py"), str(sub.parent), "--out", str(out), "--parts",
+    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts",
            "collectives", "--select", SELECT, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
            "--timeout", "120", "--memory-mb", "3000"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
     env["CS336_FAKE_OUT"] = str(out)
     start = time.monotonic()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     return json.loads(out.read_text()), time.monotonic() - start, proc
 
 
@@ -118,6 +119,7 @@ def _leftover_sleepers() -> list[str]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path, case):
+    """A hostile all_reduce scores 0 with a telling message; broadcast still gets full marks, in time, no leftovers."""
     code, expect = CASES[case]
     results, seconds, proc = _grade(tmp_path, REFERENCE + code)
     tests = _by_name(results)
@@ -134,6 +136,7 @@ def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path,
 
 @pytest.mark.parametrize("case", IMPORT_CASES)
 def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, case):
+    """A module that exits or raises at import scores 0 on every test, and each test's output says why."""
     code, expect = IMPORT_CASES[case]
     head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
     results, seconds, _ = _grade(tmp_path, head + future + code + rest)
@@ -143,6 +146,7 @@ def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, cas
 
 
 def test_the_reference_gets_full_marks_and_the_stub_gets_zero(tmp_path):
+    """The reference scores full marks; the untouched stub scores 0 with its NotImplementedError and handout."""
     ref, seconds, _ = _grade(tmp_path / "ref", REFERENCE)
     assert ref["score"] == sum(t["max_score"] for t in ref["tests"]) > 0, ref["output"]
     stub = (REPO / "cs336_systems" / "collectives.py").read_text()

@@ -1,4 +1,14 @@
-"""Run a slice of the suite against a mutant implementation in a fresh pytest process."""
+"""Run a slice of the suite against a mutant implementation in a fresh pytest process (staff only).
+
+    MUTANTS = [Mutant("ddp_no_avg", "::test_sgd_steps_match[w2-naive-toy]", "divide by the world size")]
+
+    @pytest.mark.parametrize("mutant", MUTANTS, ids=str)
+    def test_the_suite_kills_the_mutant(mutant):
+        \"\"\"The selected slice of the suite fails on this mutant, quickly, with a message that teaches.\"\"\"
+        assert_killed(mutant, "tests/test_ddp.py")
+
+Every ``test_<idea>_mutants.py`` is a table of ``Mutant`` rows and that one test function.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,19 @@ import time
 from dataclasses import dataclass
 
 from tests.harness.pool import ROOT
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A buggy implementation (package ``tests.staff.mutants.<package>``) and how the suite must catch it."""
+
+    package: str
+    select: str  # a -k expression, or "::test_name[case-id]" for one case of the suite file
+    expect: str  # text the failure output must show: the part of the message that teaches
+    world_sizes: str = "2"
+
+    def __str__(self) -> str:  # the pytest id
+        return self.package
 
 
 @dataclass
@@ -29,13 +52,22 @@ def run_suite(impl: str, *selection: str, world_sizes: str = "2", deadline: floa
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
 
 
-def assert_mutant_killed(impl: str, *selection: str, expect: str, within: float = 120, **kw) -> SuiteRun:
-    """The selected tests must FAIL against ``impl`` (pytest exit code 1, not an error or a pass),
-    within ``within`` seconds, and the failure output must contain ``expect`` (the teaching part)."""
+def assert_killed(mutant: Mutant, suite: str, *, names: tuple[str, ...] = (), deadline: float = 10,
+                  within: float = 120) -> SuiteRun:  # fmt: skip
+    """The mutant's slice of ``suite`` must FAIL (pytest exit code 1, not an error or a pass) within
+    ``within`` seconds, its output must contain ``mutant.expect`` and, when ``names`` is given, one of
+    ``names`` (where it went wrong: "rank ", "stage"...)."""
     __tracebackhide__ = True
-    run = run_suite(impl, *selection, **kw)
+    if mutant.select.startswith("::"):
+        selection = (suite + mutant.select,)
+    else:
+        selection = (suite, "-k", mutant.select)
+    impl = f"tests.staff.mutants.{mutant.package}"
+    run = run_suite(impl, *selection, world_sizes=mutant.world_sizes, deadline=deadline)
     tail = run.output[-3000:]
     assert run.returncode == 1, f"mutant {impl} survived or broke the run (exit {run.returncode}):\n{tail}"
     assert run.seconds < within, f"mutant {impl} took {run.seconds:.0f} s to be caught (limit {within} s)"
-    assert expect in run.output, f"mutant {impl} was caught but the output lacks {expect!r}:\n{tail}"
+    assert mutant.expect in run.output, f"mutant {impl} was caught but the output lacks {mutant.expect!r}:\n{tail}"
+    if names:
+        assert any(n in run.output for n in names), f"mutant {impl}: the failure does not say where ({names}):\n{tail}"
     return run

@@ -1,36 +1,35 @@
-"""Part 1's suite catches realistic bugs, each quickly and with a message that teaches (staff only).
+"""Part 1's suite catches realistic collectives bugs, each quickly and with a message that teaches.
 
-pytest tests/staff/mutants/test_collectives_mutants.py -v
+    pytest tests/staff/mutants/test_collectives_mutants.py -v        # staff only
+
+Each mutant is the reference with one edit (tests/staff/mutants/collectives_*/); the selected slice of
+tests/test_collectives.py must fail on it at the given world size (2 unless said) and show the text given here.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.staff.mutants.runner import assert_mutant_killed
+from tests.staff.mutants.runner import Mutant, assert_killed
 
 pytestmark = pytest.mark.staff
 
 SUITE = "tests/test_collectives.py"
 
-# mutant package -> (tests to run against it, world sizes, text the failure must show)
-MUTANTS = {
-    "collectives_ring_off_by_one": ("-k", "all_reduce_sums and int64", "2", "collective_rank failed"),
-    "collectives_skip_send": ("-k", "all_reduce_sums and float32", "2", "hung: no answer within"),
-    "collectives_builtin": ("-k", "all_reduce_sums and int64", "2", "only send/recv/isend/irecv"),
-    "collectives_avg_forgotten": ("-k", "all_reduce_avg and float32", "2", "all_reduce(avg)"),
-    "collectives_even_all_to_all": ("-k", "all_to_all_delivers and float32", "2", "all_to_all"),
-    "collectives_group_rank_src": ("-k", "subgroup", "4", "broadcast src="),
-    "collectives_no_validation": ("-k", "bad_input and reduce_scatter-dim", "2", "expected ValueError"),
-    "collectives_reduce_clobbers": ("-k", "reduce_sums and float32 and first", "4", "reduce to 0"),
-    "collectives_gather_reversed": ("-k", "all_gather and int64", "2", "all_gather"),
-}
+MUTANTS = [
+    Mutant("collectives_ring_off_by_one", "all_reduce_sums and int64", "collective_rank failed"),
+    Mutant("collectives_skip_send", "all_reduce_sums and float32", "hung: no answer within"),
+    Mutant("collectives_builtin", "all_reduce_sums and int64", "only send/recv/isend/irecv"),
+    Mutant("collectives_avg_forgotten", "all_reduce_avg and float32", "all_reduce(avg)"),
+    Mutant("collectives_even_all_to_all", "all_to_all_delivers and float32", "all_to_all"),
+    Mutant("collectives_group_rank_src", "subgroup", "broadcast src=", world_sizes="4"),
+    Mutant("collectives_no_validation", "bad_input and reduce_scatter-dim", "expected ValueError"),
+    Mutant("collectives_reduce_clobbers", "reduce_sums and float32 and first", "reduce to 0", world_sizes="4"),
+    Mutant("collectives_gather_reversed", "all_gather and int64", "all_gather"),
+]
 
 
-@pytest.mark.parametrize("mutant", MUTANTS)
+@pytest.mark.parametrize("mutant", MUTANTS, ids=str)
 def test_the_suite_kills_the_mutant(mutant):
-    flag, selection, world_sizes, expect = MUTANTS[mutant]
-    run = assert_mutant_killed(
-        f"tests.staff.mutants.{mutant}", SUITE, flag, selection, world_sizes=world_sizes, expect=expect, deadline=10
-    )
-    assert "rank " in run.output  # failures name the rank
+    """The slice of the suite selected for this mutant fails on it, in bounded time, with a message that teaches."""
+    assert_killed(mutant, SUITE, names=("rank ",))

@@ -1,0 +1,13 @@
+"""The autograder (staff only): ``python -m scripts.grade`` is its command line, handouts/grading.md its guide.
+
+    staff.py      what is staff-only, and what may reach the grading machine (one table)
+    sandbox.py    reads a submission's part modules and builds the private sandbox pytest runs in
+    runner.py     runs pytest there, reads the signed channel, survives crashes, hangs and kills
+    plugin.py     the pytest plugin inside the sandbox that reports each test over that channel
+    channel.py    the channel's wire format (JSON + HMAC), shared by plugin.py and runner.py
+    rubric.py     rubric.toml's points and visibility, and the scoring of test cases
+    make_autograder_zip.py   the Gradescope upload (gradescope/ holds its setup.sh and run_autograder)
+
+Run everything from the repository root as modules (``python -m scripts.grade ...``): imports are
+absolute (``scripts.grading.x``, ``tests.harness.x``) and no file edits ``sys.path``.
+"""
