@@ -21,7 +21,7 @@ from torch import nn
 
 from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
-from tests.harness.bad_input import assert_rejected_before_communicating, rejection
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 # (sequence, batch, d_model, d_ff): the sequence and d_ff divide by 1, 2 and 4.
@@ -275,41 +275,37 @@ def test_row_parallel_linear_matches_dense_and_adds_the_bias_once(world_size, in
         _check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
 
 
-def fresh_layers_rank(ctx):
-    """Layers built by their constructors (no dense module): shapes, initialization, replicated bias."""
+def fresh_layer_rank(ctx, layer: str):
+    """A layer built by its constructor (no dense module): its parameters, for shapes, init and bias."""
     TP = ctx.load("tensor_parallel")
-    col = TP.ColumnParallelLinear(64, 32 * ctx.world_size)
-    row = TP.RowParallelLinear(64 * ctx.world_size, 32)
-    mlp = TP.TensorParallelMLP(16, 64)
-    return {
-        "col": {n: p.detach() for n, p in col.named_parameters()},
-        "row": {n: p.detach() for n, p in row.named_parameters()},
-        "mlp": {n: tuple(p.shape) for n, p in mlp.named_parameters()},
-    }
+    T = ctx.world_size
+    built = TP.ColumnParallelLinear(64, 32 * T) if layer == "column" else TP.RowParallelLinear(64 * T, 32)
+    return {n: p.detach() for n, p in built.named_parameters()}
 
 
-@pytest.mark.task4_2
-@pytest.mark.task4_3
-def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(world_size):
+@pytest.mark.parametrize("layer", [pytest.param("column", marks=pytest.mark.task4_2),
+                                   pytest.param("row", marks=pytest.mark.task4_3)])  # fmt: skip
+def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(world_size, layer):
     """Column: weight (out/T, in); Row: weight (out, in/T) and bias (out,), identical on every rank.
     Weights follow nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) with the *full* in_features as fan-in."""
-    outs = run_ranks(world_size, fresh_layers_rank)
-    for r, out in enumerate(outs):
-        col, row = out["col"], out["row"]
-        assert tuple(col["weight"].shape) == (32, 64), f"rank {r}: column weight shard {tuple(col['weight'].shape)}"
-        assert tuple(col["bias"].shape) == (32,), f"rank {r}: column bias shard {tuple(col['bias'].shape)}"
-        assert tuple(row["weight"].shape) == (32, 64), f"rank {r}: row weight shard {tuple(row['weight'].shape)}"
-        assert tuple(row["bias"].shape) == (32,), f"rank {r}: the row bias is whole, got {tuple(row['bias'].shape)}"
-        for name, w, fan_in in (("column", col["weight"], 64), ("row", row["weight"], 64 * world_size)):
-            bound = fan_in**-0.5
-            assert w.abs().max() <= bound, (
-                f"rank {r}: {name} weight has |w| up to {w.abs().max():.4f} > 1/sqrt({fan_in}) = {bound:.4f}: "
-                "initialize with the full layer's fan-in, as nn.Linear would"
-            )
-            assert w.abs().max() > 0.8 * bound and w.std() > 0.4 * bound, (
-                f"rank {r}: {name} weight is too small for U(-1/sqrt({fan_in}), 1/sqrt({fan_in}))"
-            )
-        assert_close(row["bias"], outs[0]["row"]["bias"], what=f"rank {r}, row bias (replicated: same on all ranks)")
+    outs = run_ranks(world_size, fresh_layer_rank, layer)
+    fan_in = 64 if layer == "column" else 64 * world_size
+    for r, params in enumerate(outs):
+        w, b = params["weight"], params["bias"]
+        assert tuple(w.shape) == (32, 64), f"rank {r}: {layer} weight shard {tuple(w.shape)}, expected (32, 64)"
+        if layer == "column":
+            assert tuple(b.shape) == (32,), f"rank {r}: column bias shard {tuple(b.shape)}, expected (32,)"
+        else:
+            assert tuple(b.shape) == (32,), f"rank {r}: the row bias is whole, got {tuple(b.shape)}"
+            assert_close(b, outs[0]["bias"], what=f"rank {r}, row bias (replicated: same on all ranks)")
+        bound = fan_in**-0.5
+        assert w.abs().max() <= bound, (
+            f"rank {r}: {layer} weight has |w| up to {w.abs().max():.4f} > 1/sqrt({fan_in}) = {bound:.4f}: "
+            "initialize with the full layer's fan-in, as nn.Linear would"
+        )
+        assert w.abs().max() > 0.8 * bound and w.std() > 0.4 * bound, (
+            f"rank {r}: {layer} weight is too small for U(-1/sqrt({fan_in}), 1/sqrt({fan_in}))"
+        )
 
 
 # -- Task 4.4: the tensor-parallel MLP; Task 4.5: with sequence parallelism ------------------------
@@ -332,6 +328,9 @@ def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True, gro
 
 
 MLP_SHARDS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1, "fc2.bias": None}
+# The MLP without (task 4.4) and with (task 4.5) sequence parallelism.
+TP_OR_SP = [pytest.param(False, id="tp", marks=pytest.mark.task4_4),
+            pytest.param(True, id="tp+sp", marks=pytest.mark.task4_5)]  # fmt: skip
 
 
 def _run_mlp(world_size: int, sequence_parallel: bool, bias: bool = True):
@@ -409,10 +408,8 @@ def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_s
     _check_comm(outs, ["all_gather", "reduce_scatter"], ["all_gather", "reduce_scatter"], sizes, "SP MLP")
 
 
-@pytest.mark.task4_4
-@pytest.mark.task4_5
 @pytest.mark.world_sizes(4)
-@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+@pytest.mark.parametrize("sequence_parallel", TP_OR_SP)
 def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
     """2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
     batch; every rank matches the dense MLP on its group's batch, and no message leaves the group."""
@@ -454,9 +451,7 @@ def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
     return history
 
 
-@pytest.mark.task4_4
-@pytest.mark.task4_5
-@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["tp", "tp+sp"])
+@pytest.mark.parametrize("sequence_parallel", TP_OR_SP)
 def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, sequence_parallel):
     """After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
     on the same batches in one process (so any wrong gradient scale shows up at step 1)."""
@@ -483,39 +478,35 @@ def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, se
 
 # -- bad input: a clear error on every rank, before any communication ------------------------------
 
-
-def bad_input_rank(ctx, case: str):
-    TP = ctx.load("tensor_parallel")
-    T = ctx.world_size
-    cases = {
-        "column out_features not divisible": lambda: TP.ColumnParallelLinear(8, 4 * T + 1),
-        "row in_features not divisible": lambda: TP.RowParallelLinear(4 * T + 1, 8),
-        "mlp d_ff not divisible": lambda: TP.TensorParallelMLP(8, 4 * T + 1),
-        "column from_dense of an MLP": lambda: TP.ColumnParallelLinear.from_dense(MLP(4, 4 * T)),
-        "mlp from_dense of a Linear": lambda: TP.TensorParallelMLP.from_dense(nn.Linear(4, 4 * T)),
-        "scatter last dim not divisible": lambda: TP.scatter_to_tp_region(torch.ones(2, 4 * T + 1)),
-        "reduce_scatter dim 0 not divisible": lambda: TP.reduce_scatter_to_sp_region(torch.ones(4 * T + 1, 2)),
-        "copy of a list": lambda: TP.copy_to_tp_region([1.0, 2.0]),
-    }
-    return rejection(lambda: cases[case]())
-
-
-BAD_INPUT = {
-    # case: (task marker, expected exception, a word the message must contain: the argument's name)
-    "column out_features not divisible": (pytest.mark.task4_2, "ValueError", "out_features"),
-    "row in_features not divisible": (pytest.mark.task4_3, "ValueError", "in_features"),
-    "mlp d_ff not divisible": (pytest.mark.task4_4, "ValueError", "d_ff"),
-    "column from_dense of an MLP": (pytest.mark.task4_2, "TypeError", "dense"),
-    "mlp from_dense of a Linear": (pytest.mark.task4_4, "TypeError", "dense"),
-    "scatter last dim not divisible": (pytest.mark.task4_1, "ValueError", "x.shape[-1]"),
-    "reduce_scatter dim 0 not divisible": (pytest.mark.task4_1, "ValueError", "x.shape[0]"),
-    "copy of a list": (pytest.mark.task4_1, "TypeError", "x must"),
-}
+# The stub's docstrings promise errors naming the argument: ``x`` for the conjugate functions.
+BAD_INPUT = [
+    BadInput("scatter-last-dim-not-divisible",
+             lambda TP, ctx: TP.scatter_to_tp_region(torch.ones(2, 4 * ctx.world_size + 1)),
+             "ValueError", names="x", task="task4_1"),
+    BadInput("reduce_scatter-dim-0-not-divisible",
+             lambda TP, ctx: TP.reduce_scatter_to_sp_region(torch.ones(4 * ctx.world_size + 1, 2)),
+             "ValueError", names="x", task="task4_1"),
+    BadInput("copy-of-a-list", lambda TP, ctx: TP.copy_to_tp_region([1.0, 2.0]),
+             "TypeError", names="x", task="task4_1"),
+    BadInput("column-out_features-not-divisible", lambda TP, ctx: TP.ColumnParallelLinear(8, 4 * ctx.world_size + 1),
+             "ValueError", names="out_features", task="task4_2"),
+    BadInput("column-from_dense-of-an-MLP",
+             lambda TP, ctx: TP.ColumnParallelLinear.from_dense(MLP(4, 4 * ctx.world_size)),
+             "TypeError", names="dense", task="task4_2"),
+    BadInput("row-in_features-not-divisible", lambda TP, ctx: TP.RowParallelLinear(4 * ctx.world_size + 1, 8),
+             "ValueError", names="in_features", task="task4_3"),
+    BadInput("mlp-d_ff-not-divisible", lambda TP, ctx: TP.TensorParallelMLP(8, 4 * ctx.world_size + 1),
+             "ValueError", names="d_ff", task="task4_4"),
+    BadInput("mlp-from_dense-of-a-Linear",
+             lambda TP, ctx: TP.TensorParallelMLP.from_dense(nn.Linear(4, 4 * ctx.world_size)),
+             "TypeError", names="dense", task="task4_4"),
+]  # fmt: skip
 
 
 @pytest.mark.world_sizes(2, 4)
-@pytest.mark.parametrize("case", [pytest.param(c, marks=m, id=c.replace(" ", "-")) for c, (m, *_) in BAD_INPUT.items()])
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
-    _, exc_type, must_name = BAD_INPUT[case]
-    outs = run_ranks(world_size, bad_input_rank, case, deadline=15)
-    assert_rejected_before_communicating(outs, case, exc_type, must_name)
+    """Bad input raises the promised ValueError/TypeError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(
+        run_ranks(world_size, bad_input_rank, "tensor_parallel", case, deadline=15), case
+    )
