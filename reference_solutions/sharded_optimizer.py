@@ -46,10 +46,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     more than P/N + (largest parameter) elements. Each rank builds ``optimizer_cls(**optimizer_kwargs)``
     over its owned parameters only: optimizer state exists only on the owner.
 
-    ``step(closure=None, **kw)``: (stage 2 only: average the grads with a reduce-scatter, so the
-    owner holds the mean over ranks of each of its grads and every other rank's copy becomes
-    ``None``); the owner steps its parameters; then every rank receives every updated parameter
-    from its owner (all-gather), so all ranks hold identical parameters on return. Stage 1 expects
+    ``step(closure=None, **kw)``: (stage 2 only: ``reduce_scatter_gradients()``, so the owner holds
+    the mean over ranks of each of its grads and every other rank's copy becomes ``None``); the
+    owner steps its parameters; then every rank receives every updated parameter from its owner
+    (all-gather), so all ranks hold identical parameters on return. Stage 1 expects
     the caller to have averaged the grads already (e.g. DDP); stage 2 expects local grads.
     Hyperparameters changed in ``self.param_groups`` (lr schedules) take effect at the next step.
 
@@ -107,33 +107,29 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for group, local in zip(self.param_groups, self._local_groups):
             if local is not None:  # an lr scheduler writes to our groups; the local optimizer reads its own
                 local.update({k: v for k, v in group.items() if k != "params"})
-        buckets = self._buckets()
         if self._shard_gradients:
-            for bucket in buckets:
-                self._reduce_scatter_grads(*bucket)
+            self.reduce_scatter_gradients()
         if self._local is not None:
             self._local.step(**kwargs)
-        for bucket in buckets:
+        for bucket in self._buckets():
             self._all_gather_params(*bucket)
         return loss
 
-    # -- private: flat, padded buffers with one equal-size slot per rank ----------------------------
-    # ## Task 3.2: stage 2 is step's reduce-scatter of the grads (_reduce_scatter_grads), which
-    # replaces the caller's all-reduce, and the freeing of the grads a rank does not own.
+    # -----------------------------------------------------------------------------------------
+    # ## Task 3.2: ZeRO stage 2, the reduce-scatter of the grads
+    # -----------------------------------------------------------------------------------------
 
-    def _buckets(self) -> list[tuple[list[list[nn.Parameter]], int]]:
-        """Trainable parameters grouped by (dtype, device), then by owner: ``(per_rank, slot)``.
-
-        Rank r's parameters occupy ``[r * slot, r * slot + their numel)`` of a flat buffer of
-        ``N * slot`` elements; ``slot`` is the largest rank's numel, so collectives see equal chunks.
-        """
-        by_kind: dict[tuple, list[list[nn.Parameter]]] = {}
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    per_rank = by_kind.setdefault((p.dtype, p.device), [[] for _ in range(self._world)])
-                    per_rank[self._owner[p]].append(p)
-        return [(pr, max(sum(p.numel() for p in ps) for ps in pr)) for pr in by_kind.values()]
+    @torch.no_grad()
+    def reduce_scatter_gradients(self) -> None:
+        """Stage 2's first half of ``step`` (``step`` calls it when ``shard_gradients=True``): average
+        every trainable parameter's local grad over ``group`` with a reduce-scatter, which replaces the
+        caller's all-reduce. The grads go into a flat buffer with an equal slot per rank (rank r's
+        owned grads in slot r, zero-padded; one buffer per dtype and device); after
+        ``reduce_scatter_tensor`` and a division by the group size, each owner copies its slot into
+        its parameters' ``.grad``, and every rank sets the grads of the parameters it does not own to
+        ``None`` (the memory stage 2 saves). A parameter without a grad adds zeros and keeps ``None``."""
+        for bucket in self._buckets():
+            self._reduce_scatter_grads(*bucket)
 
     def _reduce_scatter_grads(self, per_rank: list[list[nn.Parameter]], slot: int) -> None:
         mine = per_rank[self._rank]
@@ -160,6 +156,22 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if r != self._rank:
                 for p in params:
                     p.grad = None  # only the owner keeps a grad: this is what stage 2 saves
+
+    # -- private: flat, padded buffers with one equal-size slot per rank ----------------------------
+
+    def _buckets(self) -> list[tuple[list[list[nn.Parameter]], int]]:
+        """Trainable parameters grouped by (dtype, device), then by owner: ``(per_rank, slot)``.
+
+        Rank r's parameters occupy ``[r * slot, r * slot + their numel)`` of a flat buffer of
+        ``N * slot`` elements; ``slot`` is the largest rank's numel, so collectives see equal chunks.
+        """
+        by_kind: dict[tuple, list[list[nn.Parameter]]] = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    per_rank = by_kind.setdefault((p.dtype, p.device), [[] for _ in range(self._world)])
+                    per_rank[self._owner[p]].append(p)
+        return [(pr, max(sum(p.numel() for p in ps) for ps in pr)) for pr in by_kind.values()]
 
     def _all_gather_params(self, per_rank: list[list[nn.Parameter]], slot: int) -> None:
         if self._world == 1:
