@@ -24,8 +24,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import ddp, fsdp, pipeline, sharded_optimizer, tensor_parallel
 from cs336_systems.models import MLP
+
+from . import ddp, fsdp, pipeline, sharded_optimizer, tensor_parallel
 
 __all__ = ["ProcessMesh", "HSDP", "MeshTrainer"]
 
@@ -47,7 +48,8 @@ class ProcessMesh:
     Construction calls ``dist.new_group`` for every slice of every axis, axes in order, slices in
     increasing order of their smallest rank, on every rank (``new_group`` is collective: every rank
     must create every group, in the same order, even groups it is not in) and keeps the groups of
-    the slices through this rank. Axes of size 1 get a group of one rank.
+    the slices through this rank. Axes of size 1 get a group of one rank. ``mesh.axes`` is the tuple
+    of axis names and ``mesh.shape`` a copy of ``shape``.
 
     Raises ``TypeError`` unless ``shape`` is a dict of str -> int, and ``ValueError`` for an empty
     dict, a size < 1 or sizes whose product is not the world size (naming ``shape``), on every rank,

@@ -153,7 +153,9 @@ def dense_oracle(batches, opt_name: str, slices: int, seed: int = 0):
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
         with torch.no_grad():
-            losses.append([nn.functional.mse_loss(model(xs), ys).item() for xs, ys in zip(x.chunk(slices), y.chunk(slices))])
+            losses.append(
+                [nn.functional.mse_loss(model(xs), ys).item() for xs, ys in zip(x.chunk(slices), y.chunk(slices))]
+            )
         opt.step()
         states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
     return losses, states
@@ -216,7 +218,12 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
             )
         log = format_events(out["events"])
         for e in calls(out["events"]):
-            if e.op in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_gather_single", "reduce_scatter_single"):
+            if e.op in (
+                "all_gather_into_tensor",
+                "reduce_scatter_tensor",
+                "all_gather_single",
+                "reduce_scatter_single",
+            ):
                 assert e.group_ranks == shard_slice, (
                     f"rank {rank}: {e.op} in group {list(e.group_ranks)}, expected the shard slice "
                     f"{list(shard_slice)}:\n{log}"
@@ -294,7 +301,8 @@ def _check_training(outs, shape, opt_name, batches, label):
             where = f"rank {rank} {c}, step {step} ({label}, {opt_name})"
             want_names = {k for k in states[step] if int(k.split(".")[0]) in layers}
             assert set(got["params"]) == want_names, (
-                f"{where}: this stage holds {sorted(got['params'])}, expected layers {list(layers)}: {sorted(want_names)}"
+                f"{where}: this stage holds {sorted(got['params'])}, expected layers {list(layers)}: "
+                f"{sorted(want_names)}"
             )
             for name, value in got["params"].items():
                 assert_close(value, _tp_slice(name, states[step][name], tp, c["tp"]), what=f"{where}, {name}")
@@ -356,7 +364,9 @@ def test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts(world_siz
                 f"{len(tp_calls)} all-reduces in the tp slice {list(tp_slice)}, expected 2 x {len(blocks)} blocks x "
                 f"{MICROBATCHES} microbatches = {want_tp} in {log}"
             )
-            assert all(e.numel == microbatch_numel for e in tp_calls), f"tp all-reduces of a microbatch's activations in {log}"
+            assert all(e.numel == microbatch_numel for e in tp_calls), (
+                f"tp all-reduces of a microbatch's activations in {log}"
+            )
             stage_numel = sum(p.numel() for p in steps[1]["params"].values())
             want_dp = [stage_numel] if shape["dp"] > 1 else []
             assert [e.numel for e in dp_calls] == want_dp, (
