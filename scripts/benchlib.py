@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import queue as queue_module
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,22 +25,30 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-OUT_DIR = Path(__file__).resolve().parents[1] / "out"
+ROOT = Path(__file__).resolve().parents[1]
+OUT_DIR = ROOT / "out"
+sys.path.insert(0, str(ROOT))  # tests.harness: one table of implementation names and defaults for the whole kit
+
+from tests.harness.defaults import DEFAULT_BACKEND, resolve_impl  # noqa: E402
 
 
 def add_common_args(parser) -> None:
     """--impl, --backend and --out, with the same meaning in every benchmark."""
     # The staff checkout benchmarks the reference by default; a student release has only the student package.
-    default = "reference" if importlib.util.find_spec("reference_solutions") else "student"
+    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
     parser.add_argument("--impl", default=default, help=f"student, reference, or a package name (default {default})")
-    parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"], help="gloo (CPU) or nccl (GPU)")
+    parser.add_argument(
+        "--backend",
+        default=DEFAULT_BACKEND,
+        choices=["gloo", "nccl"],
+        help=f"gloo (CPU) or nccl (GPU), default {DEFAULT_BACKEND}",
+    )
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="folder for the PNG and CSV (default out/)")
 
 
 def load_impl(impl: str, module: str):
     """``load_impl("reference", "collectives")`` -> ``reference_solutions.collectives``."""
-    package = {"student": "cs336_systems", "reference": "reference_solutions"}.get(impl, impl)
-    return importlib.import_module(f"{package}.{module}")
+    return importlib.import_module(f"{resolve_impl(impl)}.{module}")
 
 
 def under_torchrun() -> bool:
