@@ -16,7 +16,17 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+__all__ = [
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "ALL_REDUCE_ALGORITHMS",
+    "ALPHA_BETA",
+    "choose_all_reduce_algorithm",
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,14 +95,32 @@ def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None)
 # ---------------------------------------------------------------------------------------------
 
 
-def all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None) -> None:
+def all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, *, algorithm: str = "ring"
+) -> None:
     """Sum (``op="sum"``) or average (``op="avg"``) ``tensor`` over the group, in place, on every rank.
 
-    Ring algorithm on the flattened tensor split into N contiguous chunks (sizes differ by at
-    most one element; some are empty when numel < N): a ring reduce-scatter leaves chunk i fully
-    reduced on rank i, then a ring all-gather circulates the reduced chunks. Each rank sends
-    2(N-1)/N of the data. ``"avg"`` divides only this rank's reduced chunk (1/N of the work);
-    averaging an integer tensor is a ``TypeError``.
+    Every algorithm sends point-to-point messages only, gives the same integer results bit for
+    bit, and leaves the same bits on every rank. ``"avg"`` divides by N once, after the sum
+    (averaging an integer tensor is a ``TypeError``); an unknown ``algorithm`` is a ``ValueError``.
+
+    ``algorithm="ring"`` (Task 1.5, bandwidth-optimal): split the flattened tensor into N
+    contiguous chunks (``torch.tensor_split``: sizes differ by at most one, some are empty when
+    numel < N); a ring reduce-scatter leaves chunk i fully reduced on group rank i, then a ring
+    all-gather circulates the reduced chunks. 2(N-1) steps, each sending one chunk to the next
+    rank only: 2(N-1)/N of the data per rank in all. ``"avg"`` divides only this rank's reduced
+    chunk, between the two phases (1/N of the work).
+
+    ``algorithm="recursive_doubling"`` (Task 1.7, latency-optimal): with p = 2**floor(log2 N),
+    the N - p extra group ranks p + i first send their whole tensor to group rank i, which adds
+    it (the fold in). Group ranks 0..p-1 then, in step k = 0, 1, ..., log2(p) - 1, exchange their
+    whole partial sum with group rank ``me XOR 2**k`` and add what they receive: after step k each
+    holds the sum over its block of 2**(k+1) ranks. Last, group rank i sends the result to group
+    rank p + i (the fold out). log2(p) steps, 2 more with a fold, each moving all M bytes.
+    ``"avg"`` divides once, after the last exchange step (the extra ranks receive the average).
+
+    ``algorithm="auto"`` (Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
+    tensor's size in bytes and N, with the (alpha, beta) of ``ALPHA_BETA`` for the group's backend.
     """
 
     raise NotImplementedError("Task 1.5 (ring all_reduce): see handouts/01-collectives.md §1.5")
@@ -112,3 +140,34 @@ def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = No
     """
 
     raise NotImplementedError("Task 1.6 (all_to_all (uneven sizes)): see handouts/01-collectives.md §1.6")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.7: latency-optimal all_reduce (recursive doubling) and the choice by size
+# ---------------------------------------------------------------------------------------------
+
+ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "auto")
+
+# (alpha, beta) per backend that algorithm="auto" uses: seconds per message and seconds per byte.
+# gloo: fitted by scripts/bench_collectives.py on the course's 2-core machine (loopback TCP).
+# nccl: orders of magnitude for NVLink inside one node (a few microseconds, ~100 GB/s per link),
+# not measured here; refit with the benchmark on your own hardware.
+ALPHA_BETA = {"gloo": (2.0e-4, 1.0e-9), "nccl": (5.0e-6, 1.0e-11)}
+
+
+def choose_all_reduce_algorithm(num_bytes: int, world_size: int, *, alpha: float, beta: float) -> str:
+    """The algorithm ``all_reduce(..., algorithm="auto")`` runs: the one with the smaller modelled time.
+
+    The alpha-beta model (alpha = seconds per message, beta = seconds per byte) for M =
+    ``num_bytes`` bytes on N = ``world_size`` ranks, with p = 2**floor(log2 N):
+
+        ring                 2(N-1) * alpha + 2(N-1)/N * M * beta
+        recursive_doubling   s * (alpha + M * beta),  s = log2 p, plus 2 if N != p (the fold in and out)
+
+    Returns ``"recursive_doubling"`` when its time is strictly smaller, else ``"ring"`` (ties,
+    and N = 1, go to the ring). ``all_reduce(..., algorithm="auto")`` calls it with the
+    (alpha, beta) of ``ALPHA_BETA[backend]`` for the group's backend (gloo's for others).
+    A negative ``num_bytes``, ``alpha`` or ``beta``, or a ``world_size`` below 1, is a ``ValueError``.
+    """
+
+    raise NotImplementedError("Task 1.7 (all_reduce algorithms): see handouts/01-collectives.md §1.7")

@@ -9,7 +9,9 @@ Costs for M bytes on N ranks (alpha = per-message latency, beta = seconds per by
     all_gather          ring: N-1 steps, each rank sends (N-1)/N of the result
     reduce_scatter      ring: N-1 steps, each rank sends (N-1)/N of its input
     all_reduce          ring reduce-scatter + ring all-gather: each rank sends 2(N-1)/N * M,
-                        which no algorithm beats for large M (the "bandwidth-optimal" bound)
+                        which no algorithm beats for large M (the "bandwidth-optimal" bound);
+                        recursive doubling: log2 N exchanges of all M bytes (latency-optimal);
+                        "auto" picks the cheaper of the two under the alpha-beta model
     all_to_all          pairwise: N-1 steps, step k talks to rank +k and rank -k
 """
 
@@ -18,7 +20,17 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["broadcast", "reduce", "all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+__all__ = [
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "ALL_REDUCE_ALGORITHMS",
+    "ALPHA_BETA",
+    "choose_all_reduce_algorithm",
+]
 
 # Pipelining unit of the ring's reduce-scatter: large enough that per-message costs vanish,
 # small enough that adding one segment overlaps receiving the next.
@@ -189,13 +201,16 @@ def _exchange_and_add(group, send: torch.Tensor, to: int, target: torch.Tensor, 
     NCCL cannot deadlock two ranks sending to each other), up to ``_IN_FLIGHT`` segments ahead:
     each received segment is added while the next ones are in flight, so the additions hide
     behind the transfer (as gloo's and NCCL's rings do), and the scratch memory stays at a few
-    segments whatever the tensor size.
+    segments whatever the tensor size. ``send`` may be ``target`` itself (recursive doubling
+    sends the partial sum it then adds into): a segment is then added only once it has left.
     """
     seg = max(1, _SEGMENT_BYTES // max(1, send.element_size()))
     outgoing = [s for s in send.reshape(-1).split(seg) if s.numel()]
     pieces = [p for p in target.reshape(-1).split(seg) if p.numel()]
+    in_place = send.numel() > 0 and send.data_ptr() == target.data_ptr()
     slots = min(_IN_FLIGHT, len(pieces))
-    scratch = [torch.empty(seg, dtype=target.dtype, device=target.device) for _ in range(slots)]
+    size = pieces[0].numel() if pieces else 0  # the first segment is the largest
+    scratch = [torch.empty(size, dtype=target.dtype, device=target.device) for _ in range(slots)]
     pending, sent = [], []  # receives not yet added (oldest first); send handles, waited at the end
     for i in range(max(len(outgoing), len(pieces))):
         if len(pending) == slots > 0 and i < len(pieces):
@@ -206,8 +221,11 @@ def _exchange_and_add(group, send: torch.Tensor, to: int, target: torch.Tensor, 
             ops.append(dist.P2POp(dist.irecv, buf, frm, group))
         works = dist.batch_isend_irecv(ops)
         if i < len(pieces):  # the receive's handle is waited once, before adding (gloo hangs on a second wait)
-            pending.append((works[-1], buf, pieces[i]))
-            works = works[:-1]
+            # In place, the segment's own send must finish before the add overwrites it (NCCL returns
+            # one handle for the whole batch: waiting the receive covers the send).
+            send_work = works[0] if in_place and len(works) > 1 else None
+            pending.append((works[-1], buf, pieces[i], send_work))
+            works = works[1:-1] if send_work is not None else works[:-1]
         sent.extend(works)
     for item in pending:
         _add_when_received(*item)
@@ -215,8 +233,10 @@ def _exchange_and_add(group, send: torch.Tensor, to: int, target: torch.Tensor, 
         work.wait()
 
 
-def _add_when_received(work, buf: torch.Tensor, piece: torch.Tensor) -> None:
+def _add_when_received(work, buf: torch.Tensor, piece: torch.Tensor, send_work=None) -> None:
     work.wait()
+    if send_work is not None:
+        send_work.wait()
     piece += buf
 
 
@@ -243,30 +263,56 @@ def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None)
 # ---------------------------------------------------------------------------------------------
 
 
-def all_reduce(tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None) -> None:
+def all_reduce(
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, *, algorithm: str = "ring"
+) -> None:
     """Sum (``op="sum"``) or average (``op="avg"``) ``tensor`` over the group, in place, on every rank.
 
-    Ring algorithm on the flattened tensor split into N contiguous chunks (sizes differ by at
-    most one element; some are empty when numel < N): a ring reduce-scatter leaves chunk i fully
-    reduced on rank i, then a ring all-gather circulates the reduced chunks. Each rank sends
-    2(N-1)/N of the data. ``"avg"`` divides only this rank's reduced chunk (1/N of the work);
-    averaging an integer tensor is a ``TypeError``.
+    Every algorithm sends point-to-point messages only, gives the same integer results bit for
+    bit, and leaves the same bits on every rank. ``"avg"`` divides by N once, after the sum
+    (averaging an integer tensor is a ``TypeError``); an unknown ``algorithm`` is a ``ValueError``.
+
+    ``algorithm="ring"`` (Task 1.5, bandwidth-optimal): split the flattened tensor into N
+    contiguous chunks (``torch.tensor_split``: sizes differ by at most one, some are empty when
+    numel < N); a ring reduce-scatter leaves chunk i fully reduced on group rank i, then a ring
+    all-gather circulates the reduced chunks. 2(N-1) steps, each sending one chunk to the next
+    rank only: 2(N-1)/N of the data per rank in all. ``"avg"`` divides only this rank's reduced
+    chunk, between the two phases (1/N of the work).
+
+    ``algorithm="recursive_doubling"`` (Task 1.7, latency-optimal): with p = 2**floor(log2 N),
+    the N - p extra group ranks p + i first send their whole tensor to group rank i, which adds
+    it (the fold in). Group ranks 0..p-1 then, in step k = 0, 1, ..., log2(p) - 1, exchange their
+    whole partial sum with group rank ``me XOR 2**k`` and add what they receive: after step k each
+    holds the sum over its block of 2**(k+1) ranks. Last, group rank i sends the result to group
+    rank p + i (the fold out). log2(p) steps, 2 more with a fold, each moving all M bytes.
+    ``"avg"`` divides once, after the last exchange step (the extra ranks receive the average).
+
+    ``algorithm="auto"`` (Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
+    tensor's size in bytes and N, with the (alpha, beta) of ``ALPHA_BETA`` for the group's backend.
     """
     _check_tensor(tensor)
     if op not in ("sum", "avg"):
         raise ValueError(f'op must be "sum" or "avg", got {op!r}')
     if op == "avg" and not tensor.is_floating_point():
         raise TypeError(f'op="avg" needs a floating-point tensor, got {tensor.dtype}')
+    if algorithm not in ALL_REDUCE_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALL_REDUCE_ALGORITHMS}, got {algorithm!r}")
     ranks, me = _group_view(group)
     n = len(ranks)
     if n == 1:
         return
+    if algorithm == "auto":  # same size and group size on every rank, so every rank picks the same
+        alpha, beta = ALPHA_BETA.get(dist.get_backend(group), ALPHA_BETA["gloo"])
+        algorithm = choose_all_reduce_algorithm(tensor.numel() * tensor.element_size(), n, alpha=alpha, beta=beta)
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1).clone()  # (numel,)
-    chunks = list(torch.tensor_split(flat, n))  # N views, sizes differ by at most one
-    _ring_reduce_scatter_chunks(chunks, ranks, me, group)
-    if op == "avg":
-        chunks[me].div_(n)
-    _ring_all_gather_chunks(chunks, ranks, me, group)
+    if algorithm == "recursive_doubling":
+        _recursive_doubling(flat, op, ranks, me, group)
+    else:
+        chunks = list(torch.tensor_split(flat, n))  # N views, sizes differ by at most one
+        _ring_reduce_scatter_chunks(chunks, ranks, me, group)
+        if op == "avg":
+            chunks[me].div_(n)
+        _ring_all_gather_chunks(chunks, ranks, me, group)
     if not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))
 
@@ -309,3 +355,68 @@ def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = No
         out[frm] = torch.empty((int(size_in.item()), *rest), dtype=dtype, device=device)
         _exchange(group, tensors[to].contiguous(), ranks[to], out[frm], ranks[frm])
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.7: latency-optimal all_reduce (recursive doubling) and the choice by size
+# ---------------------------------------------------------------------------------------------
+
+ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "auto")
+
+# (alpha, beta) per backend that algorithm="auto" uses: seconds per message and seconds per byte.
+# gloo: fitted by scripts/bench_collectives.py on the course's 2-core machine (loopback TCP).
+# nccl: orders of magnitude for NVLink inside one node (a few microseconds, ~100 GB/s per link),
+# not measured here; refit with the benchmark on your own hardware.
+ALPHA_BETA = {"gloo": (2.0e-4, 1.0e-9), "nccl": (5.0e-6, 1.0e-11)}
+
+
+def choose_all_reduce_algorithm(num_bytes: int, world_size: int, *, alpha: float, beta: float) -> str:
+    """The algorithm ``all_reduce(..., algorithm="auto")`` runs: the one with the smaller modelled time.
+
+    The alpha-beta model (alpha = seconds per message, beta = seconds per byte) for M =
+    ``num_bytes`` bytes on N = ``world_size`` ranks, with p = 2**floor(log2 N):
+
+        ring                 2(N-1) * alpha + 2(N-1)/N * M * beta
+        recursive_doubling   s * (alpha + M * beta),  s = log2 p, plus 2 if N != p (the fold in and out)
+
+    Returns ``"recursive_doubling"`` when its time is strictly smaller, else ``"ring"`` (ties,
+    and N = 1, go to the ring). ``all_reduce(..., algorithm="auto")`` calls it with the
+    (alpha, beta) of ``ALPHA_BETA[backend]`` for the group's backend (gloo's for others).
+    A negative ``num_bytes``, ``alpha`` or ``beta``, or a ``world_size`` below 1, is a ``ValueError``.
+    """
+    for name, value, least in [("num_bytes", num_bytes, 0), ("world_size", world_size, 1)]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    if alpha < 0 or beta < 0:
+        raise ValueError(f"alpha and beta must be >= 0, got alpha={alpha!r}, beta={beta!r}")
+    n = world_size
+    p = 1 << (n.bit_length() - 1)
+    steps = (p.bit_length() - 1) + (2 if n != p else 0)
+    t_ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * num_bytes * beta
+    t_doubling = steps * (alpha + num_bytes * beta)
+    return "recursive_doubling" if t_doubling < t_ring else "ring"
+
+
+def _recursive_doubling(flat: torch.Tensor, op: str, ranks: list[int], me: int, group) -> None:
+    """Recursive doubling all-reduce of ``flat`` in place, with the fold for N not a power of two.
+
+    Follows MPICH's recursive doubling (Thakur, Rabenseifner & Gropp 2005), with the extra ranks
+    taken from the end of the group so that the core's partner is simply ``me XOR 2**k``.
+    """
+    n = len(ranks)
+    p = 1 << (n.bit_length() - 1)  # largest power of two <= n
+    extra = me >= p
+    partner = me - p if extra else me + p  # the other side of this rank's fold, if any
+    if partner < n:  # fold in: the extra rank's tensor is added into its partner's
+        send, target = (flat, flat[:0]) if extra else (flat[:0], flat)
+        _exchange_and_add(group, send, ranks[partner], target, ranks[partner])
+    if not extra:
+        mask = 1
+        while mask < p:
+            _exchange_and_add(group, flat, ranks[me ^ mask], flat, ranks[me ^ mask])
+            mask <<= 1
+        if op == "avg":
+            flat.div_(n)
+    if partner < n:  # fold out: the partner hands the extra rank the finished result
+        send, recv = (None, flat) if extra else (flat, None)
+        _exchange(group, send, ranks[partner], recv, ranks[partner])
