@@ -337,8 +337,8 @@ def train_rank(ctx, state, top_k, capacity_factor, steps, layout=None):
         history.append({"router_grad": layer.router.weight.grad.clone(),
                         "expert_grads": [_expert_params(e, grads=True) for e in layer.experts]})  # fmt: skip
         opt.step()
-        history[-1] |= {"router": layer.router.weight.detach().clone(),
-                        "experts": [_expert_params(e, grads=False) for e in layer.experts], "events": rec.events}  # fmt: skip
+        history[-1] |= {"router": layer.router.weight.detach().clone(), "events": rec.events,
+                        "experts": [_expert_params(e, grads=False) for e in layer.experts]}  # fmt: skip
     return history
 
 
