@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.harness import run_ranks
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 
 EXAMPLES = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -202,47 +203,49 @@ def test_activation_memory_matches_its_definition_on_random_layers(cases):
 
 # -- bad input -------------------------------------------------------------------------------------
 
-BAD = [  # (task, call, the argument the message must name)
-    ("task6_1", call("training_memory_bytes", -1), "num_params"),
-    ("task6_1", call("training_memory_bytes", "7.5e9"), "num_params"),
-    ("task6_1", call("training_memory_bytes", 10, optimizer_bytes=-4), "optimizer_bytes"),
-    ("task6_1", call("zero_memory_per_gpu", 7.5e9, 64, 4), "stage"),
-    ("task6_1", call("zero_memory_per_gpu", 7.5e9, 64, -1), "stage"),
-    ("task6_1", call("zero_memory_per_gpu", 7.5e9, 0, 1), "world_size"),
-    ("task6_1", call("zero_memory_per_gpu", 7.5e9, 2.5, 1), "world_size"),
-    ("task6_1", call("zero_memory_per_gpu", float("nan"), 8, 1), "num_params"),
-    ("task6_1", call("zero_memory_per_gpu", 7.5e9, 8, 1, grad_bytes=-2), "grad_bytes"),
-    ("task6_2", call("ring_all_reduce_bytes_per_rank", -5, 4), "num_bytes"),
-    ("task6_2", call("ring_all_reduce_bytes_per_rank", 100, 0), "world_size"),
-    ("task6_2", call("pipeline_bubble_fraction", 0, 8), "num_stages"),
-    ("task6_2", call("pipeline_bubble_fraction", 4, 0), "num_microbatches"),
-    ("task6_2", call("pipeline_bubble_fraction", 4, 8, virtual_stages=0), "virtual_stages"),
-    ("task6_2", call("pipeline_bubble_fraction", 4.0, 8), "num_stages"),
-    ("task6_3", call("training_flops", -1e9, 1e12), "num_params"),
-    ("task6_3", call("training_flops", 1e9, -1), "num_tokens"),
-    ("task6_3", call("mfu", 1e4, 1e9, 0), "peak_flops_per_second"),
-    ("task6_3", call("mfu", -1, 1e9, 1e15), "tokens_per_second"),
-    ("task6_4", call("activation_memory_per_layer", 0, 1, 64, 8), "seq"),
-    ("task6_4", call("activation_memory_per_layer", 128, 1, 64, 6, tp=4), "heads"),
-    ("task6_4", call("activation_memory_per_layer", 128, 1, 64, 8, tp=0), "tp"),
-    (
+
+def bad(task: str, exception: str, bad_call: tuple, names: str) -> BadInput:
+    """``accounting.<name>(*args, **kwargs)`` must raise ``exception`` naming ``names``; the id lists the
+    function, the argument and the values."""
+    name, args, kwargs = bad_call
+    return BadInput(f"{name}-{names}-" + "-".join(map(str, [*args, *kwargs.values()])),
+                    lambda A, ctx: getattr(A, name)(*args, **kwargs), exception, names, task)  # fmt: skip
+
+
+BAD_INPUT = [
+    bad("task6_1", "ValueError", call("training_memory_bytes", -1), "num_params"),
+    bad("task6_1", "TypeError", call("training_memory_bytes", "7.5e9"), "num_params"),
+    bad("task6_1", "ValueError", call("training_memory_bytes", 10, optimizer_bytes=-4), "optimizer_bytes"),
+    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 64, 4), "stage"),
+    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 64, -1), "stage"),
+    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 0, 1), "world_size"),
+    bad("task6_1", "TypeError", call("zero_memory_per_gpu", 7.5e9, 2.5, 1), "world_size"),
+    bad("task6_1", "ValueError", call("zero_memory_per_gpu", float("nan"), 8, 1), "num_params"),
+    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 8, 1, grad_bytes=-2), "grad_bytes"),
+    bad("task6_2", "ValueError", call("ring_all_reduce_bytes_per_rank", -5, 4), "num_bytes"),
+    bad("task6_2", "ValueError", call("ring_all_reduce_bytes_per_rank", 100, 0), "world_size"),
+    bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 0, 8), "num_stages"),
+    bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 4, 0), "num_microbatches"),
+    bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 4, 8, virtual_stages=0), "virtual_stages"),
+    bad("task6_2", "TypeError", call("pipeline_bubble_fraction", 4.0, 8), "num_stages"),
+    bad("task6_3", "ValueError", call("training_flops", -1e9, 1e12), "num_params"),
+    bad("task6_3", "ValueError", call("training_flops", 1e9, -1), "num_tokens"),
+    bad("task6_3", "ValueError", call("mfu", 1e4, 1e9, 0), "peak_flops_per_second"),
+    bad("task6_3", "ValueError", call("mfu", -1, 1e9, 1e15), "tokens_per_second"),
+    bad("task6_4", "ValueError", call("activation_memory_per_layer", 0, 1, 64, 8), "seq"),
+    bad("task6_4", "ValueError", call("activation_memory_per_layer", 128, 1, 64, 6, tp=4), "heads"),
+    bad("task6_4", "ValueError", call("activation_memory_per_layer", 128, 1, 64, 8, tp=0), "tp"),
+    bad(
         "task6_4",
+        "TypeError",
         call("activation_memory_per_layer", 128, 1, 64, 8, sequence_parallel="yes"),
         "sequence_parallel",
     ),
 ]
 
 
-def _bad_id(case) -> str:
-    _, (name, args, kwargs), argument = case
-    return f"{name}-{argument}-" + "-".join(map(str, [*args, *kwargs.values()]))
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=getattr(pytest.mark, c[0])) for c in BAD], ids=_bad_id)
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_naming_the_argument(case):
     """Negative counts, a stage outside 0-3, a world of 0, a non-integer where one is needed, heads that
-    tensor parallelism cannot split: ValueError or TypeError, and the message names the argument."""
-    _, (name, args, kwargs), argument = case
-    ((status, message),) = run_ranks(1, accounting_rank, [(name, args, kwargs)])[0]
-    assert status in ("ValueError", "TypeError"), f"{name}(*{args}, **{kwargs}) returned {message!r} instead of raising"
-    assert argument in message, f"{name}(*{args}, **{kwargs}): {status}({message!r}) does not name {argument!r}"
+    tensor parallelism cannot split: the promised ValueError or TypeError, whose message names the argument."""
+    assert_rejected_before_communicating(run_ranks(1, bad_input_rank, "accounting", case), case)
