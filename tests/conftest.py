@@ -33,28 +33,18 @@ TASKS = {
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cs336", "cs336-systems harness")
     d = defaults
-    group.addoption(
-        "--impl",
-        default=d.env_impl(),
-        help=f"student, reference, or an importable package name (default {d.DEFAULT_IMPL})",
-    )
-    group.addoption(
-        "--backend",
-        default=d.env_backend(),
-        choices=["gloo", "nccl"],
-        help=f"gloo on CPU or nccl with rank r on cuda:r (default {d.DEFAULT_BACKEND})",
-    )
-    group.addoption(
-        "--world-sizes",
-        default=d.env_world_sizes(),
-        help=f"comma-separated world sizes for distributed tests (default {d.DEFAULT_WORLD_SIZES})",
-    )
-    group.addoption(
-        "--deadline",
-        type=float,
-        default=d.env_deadline(),
-        help=f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
-    )
+    options = [  # (option, default from the environment, help, extra arguments)
+        ("--impl", d.env_impl(), f"student, reference, or an importable package name (default {d.DEFAULT_IMPL})", {}),
+        ("--backend", d.env_backend(), f"gloo on CPU or nccl with rank r on cuda:r (default {d.DEFAULT_BACKEND})",
+         {"choices": ["gloo", "nccl"]}),
+        ("--world-sizes", d.env_world_sizes(),
+         f"comma-separated world sizes for distributed tests (default {d.DEFAULT_WORLD_SIZES})", {}),
+        ("--deadline", d.env_deadline(),
+         f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
+         {"type": float}),
+    ]  # fmt: skip
+    for name, default, help_text, extra in options:
+        group.addoption(name, default=default, help=help_text, **extra)
 
 
 def pytest_configure(config: pytest.Config) -> None:

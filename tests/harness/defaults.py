@@ -20,6 +20,9 @@ ENV_IMPL, ENV_BACKEND = "CS336_IMPL", "CS336_BACKEND"
 ENV_WORLD_SIZES, ENV_DEADLINE = "CS336_WORLD_SIZES", "CS336_DEADLINE"
 # Caps on each rank process, set by the grader (0 or unset: none): its log file and its address space.
 ENV_WORKER_LOG_LIMIT_MB, ENV_WORKER_MEMORY_LIMIT_MB = "CS336_WORKER_LOG_LIMIT_MB", "CS336_WORKER_MEMORY_LIMIT_MB"
+# Set to 1: a fresh default process group for every test, even after a passing one (tests/harness/pool.py);
+# slower (~30 ms a test), for when a passing test must not be able to leave a message for the next.
+ENV_FRESH_GROUPS = "CS336_FRESH_GROUPS"
 
 
 def resolve_impl(name: str) -> str:
@@ -41,3 +44,7 @@ def env_world_sizes() -> str:
 
 def env_deadline() -> float:
     return float(os.environ.get(ENV_DEADLINE, DEFAULT_DEADLINE_S))
+
+
+def env_fresh_groups() -> bool:
+    return os.environ.get(ENV_FRESH_GROUPS, "0") not in ("", "0")
