@@ -111,6 +111,16 @@ def oracle_history(world_size: int, opt_name: str) -> list[dict[str, torch.Tenso
     return history
 
 
+def assert_params_match_the_oracle(world_size: int, opt_name: str, stage: int) -> None:
+    """Train on the ranks with ``stage``; after every step every rank's parameters equal the oracle's."""
+    __tracebackhide__ = True
+    outs = run_ranks(world_size, train_rank, opt_name, stage)
+    for step, expected in enumerate(oracle_history(world_size, opt_name)):
+        for name, value in expected.items():
+            got = [o[step]["params"][name] for o in outs]
+            assert_ranks_close(got, value, what=f"stage {stage}, {opt_name}, after step {step}, {name}")
+
+
 # -- tests: equivalence ------------------------------------------------------------------------------
 
 
@@ -119,11 +129,7 @@ def oracle_history(world_size: int, opt_name: str) -> list[dict[str, torch.Tenso
 def test_stage1_matches_the_unsharded_optimizer_on_averaged_grads_on_every_rank(world_size, opt_name):
     """Every step, every rank's parameters equal the plain optimizer's (two param groups, a third
     added with add_param_group at step 2): owners update, then every rank receives the update."""
-    outs = run_ranks(world_size, train_rank, opt_name, 1)
-    for step, expected in enumerate(oracle_history(world_size, opt_name)):
-        for name, value in expected.items():
-            got = [o[step]["params"][name] for o in outs]
-            assert_ranks_close(got, value, what=f"stage 1, {opt_name}, after step {step}, {name}")
+    assert_params_match_the_oracle(world_size, opt_name, stage=1)
 
 
 @pytest.mark.task3_2
@@ -131,11 +137,7 @@ def test_stage1_matches_the_unsharded_optimizer_on_averaged_grads_on_every_rank(
 def test_stage2_averages_local_grads_itself_and_matches_the_unsharded_optimizer(world_size, opt_name):
     """With shard_gradients=True the grads given to step are each rank's own: step must average
     them (reduce-scatter, then divide by the world size) and still match the plain optimizer."""
-    outs = run_ranks(world_size, train_rank, opt_name, 2)
-    for step, expected in enumerate(oracle_history(world_size, opt_name)):
-        for name, value in expected.items():
-            got = [o[step]["params"][name] for o in outs]
-            assert_ranks_close(got, value, what=f"stage 2, {opt_name}, after step {step}, {name}")
+    assert_params_match_the_oracle(world_size, opt_name, stage=2)
 
 
 @pytest.mark.task3_2
