@@ -13,6 +13,7 @@ Every part of the kit takes a ``group``; composing them is handing each part the
     ProcessMesh   one process group per slice of every axis (Task 7.1)
     HSDP          FSDP inside one axis, replicated (gradients averaged) across another (Task 7.2)
     MeshTrainer   TP MLPs inside pipeline stages, replicated across dp; parts 2-5 reused (Task 7.3)
+    pick_configs  a (dp, tp, pp, ZeRO) configuration for each cluster of SCENARIOS (Task 7.5)
 
 Your task (handouts/07-mesh.md): implement the three classes from their docstrings. Reuse your own
 parts 2-5 (imported below) on the groups of the mesh; do not copy them. The tests compare the mesh
@@ -32,7 +33,7 @@ from cs336_systems.models import MLP  # noqa: F401
 
 from . import ddp, fsdp, pipeline, sharded_optimizer, tensor_parallel  # noqa: F401  (yours, from parts 2-5)
 
-__all__ = ["ProcessMesh", "HSDP", "MeshTrainer"]
+__all__ = ["ProcessMesh", "HSDP", "MeshTrainer", "SCENARIOS", "pick_configs"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,3 +172,36 @@ class MeshTrainer:
         same tensors on every rank of the replica (only the first stage reads ``inputs`` and the last
         ``targets``). Returns this replica's mean loss on the last stage, ``None`` elsewhere."""
         raise NotImplementedError("Task 7.3 (composed training): see handouts/07-mesh.md §7.3")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 7.5: pick the scheme
+# ---------------------------------------------------------------------------------------------
+
+# Clusters and models (given). Sizes from the models' published configurations; memory in bytes.
+SCENARIOS: dict[str, dict] = {
+    "7b-on-one-node": dict(num_params=7e9, num_layers=32, hidden=4096, heads=32, seq=4096, global_batch=512,
+                           gpus_per_node=8, num_nodes=1, gpu_memory_bytes=80e9, recompute="selective"),
+    "70b-on-two-nodes": dict(num_params=70e9, num_layers=80, hidden=8192, heads=64, seq=4096, global_batch=512,
+                             gpus_per_node=8, num_nodes=2, gpu_memory_bytes=80e9, recompute="full"),
+    "405b-on-16k-gpus": dict(num_params=405e9, num_layers=126, hidden=16384, heads=128, seq=8192,
+                             global_batch=2048, gpus_per_node=8, num_nodes=2048, gpu_memory_bytes=80e9,
+                             recompute="selective"),
+    "moe-8x22b-on-64-nodes": dict(num_params=141e9, expert_params=135e9, num_experts=8, num_layers=56, hidden=6144,
+                                  heads=48, seq=4096, global_batch=1024, gpus_per_node=8, num_nodes=64,
+                                  gpu_memory_bytes=80e9, recompute="selective"),
+}  # fmt: skip
+
+
+def pick_configs() -> dict[str, dict[str, int]]:
+    """Your configuration for each of ``SCENARIOS``: ``{name: {"dp", "tp", "pp", "zero_stage",
+    "microbatch", "ep"}}`` (ints; ``ep`` is 1 for dense models).
+
+    Each must use every GPU (dp * tp * pp = gpus_per_node * num_nodes), keep TP inside a node
+    (tp <= gpus_per_node) and dividing ``heads``, have pp <= num_layers, let dp * microbatch divide
+    ``global_batch``, use ep > 1 only for an MoE (ep dividing dp and ``num_experts``), fit in
+    ``gpu_memory_bytes`` by ``accounting.parallel_memory_per_gpu`` (with the scenario's
+    ``recompute``, ``num_microbatches = global_batch / (dp * microbatch)``), and use the lowest ZeRO
+    stage that fits for its (dp, tp, pp, ep). handouts/07-mesh.md §7.5.
+    """
+    raise NotImplementedError("Task 7.5 (pick the scheme): see handouts/07-mesh.md §7.5")

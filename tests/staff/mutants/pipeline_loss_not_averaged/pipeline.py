@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "out = self.loss_fn(out, y_mb[i]) / m",
-    "out = self.loss_fn(out, y_mb[i])",
+    "out = self.loss_fn(out, step.targets[i]) / step.num_microbatches",
+    "out = self.loss_fn(out, step.targets[i])",
 )
