@@ -1,15 +1,20 @@
-"""Our ring all-reduce vs torch's ``dist.all_reduce``, in the same run: bandwidth table and plot.
+"""Our all-reduce algorithms vs torch's ``dist.all_reduce``, in the same run; the alpha-beta model fitted.
 
     python scripts/bench_collectives.py                         # gloo on CPU, world 2 and 4
     python scripts/bench_collectives.py --impl student          # your implementation
     torchrun --standalone --nproc_per_node=8 scripts/bench_collectives.py --backend nccl
 
-For each message size M (float32) it times both all-reduces (median over iterations, each
-iteration ended by a barrier-free wait so the time is the slowest rank's) and reports
-    algorithm bandwidth  algbw = M / t
-    bus bandwidth        busbw = algbw * 2(N-1)/N   (what each link carries in a ring; comparable
-                                                    across N, as in nccl-tests)
-and the ratio ours / built-in. Writes out/bench_collectives.{csv,png}.
+For each message size M (float32) it times ``all_reduce(x, algorithm=a)`` for the ring, recursive
+doubling and "auto", and the built-in, interleaved (round after round, so machine noise hits all
+alike; medians over rounds of medians over iterations, each iteration's time the slowest rank's):
+    bus bandwidth   busbw = M / t * 2(N-1)/N   (what each link carries in a ring; comparable
+                                               across N and algorithms, as in nccl-tests)
+    ratio           busbw / built-in busbw  (= built-in time / our time)
+Then it fits the alpha-beta model (alpha seconds per message, beta seconds per byte) to the ring's
+and recursive doubling's times for each world size, prints alpha, beta and the model's error at
+each point, and draws measured and modelled time against size with the crossover marked: the one
+"auto" uses (the implementation's ALPHA_BETA) and the one the fit predicts.
+Writes out/bench_collectives.{csv,png}.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
+from benchlib import add_common_args, format_table, launch, load_impl, main_rank, under_torchrun, write_csv
 from tqdm import tqdm
 
 DEFAULT_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+ALGORITHMS = ["ring", "recursive_doubling", "auto"]
+BUILTIN = "built-in"
 
 
 def _time(op, x: torch.Tensor, iters: int, device: torch.device) -> float:
@@ -41,26 +48,39 @@ def _time(op, x: torch.Tensor, iters: int, device: torch.device) -> float:
     return statistics.median(times)
 
 
-def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], iters: int):
-    ours = load_impl(impl, "collectives").all_reduce
-    builtin = dist.all_reduce
+def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], iters: int, rounds: int):
+    C = load_impl(impl, "collectives")
+    ops = {a: (lambda x, a=a: C.all_reduce(x, algorithm=a)) for a in ALGORITHMS}
+    ops[BUILTIN] = dist.all_reduce
+    backend = dist.get_backend()
+    alpha, beta = C.ALPHA_BETA.get(backend, C.ALPHA_BETA["gloo"])
     rows = []
     for size in tqdm(sizes, disable=rank != 0, desc=f"world {world_size}", leave=False):
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
-        n_iters = max(iters, min(50, (64 << 20) // size))  # more repeats where a call is cheap
-        for op in (ours, builtin):  # warm up both (connections, allocator)
+        n_iters = max(iters, min(30, (16 << 20) // size))  # more repeats where a call is cheap
+        for op in ops.values():  # warm up every op (connections, allocator)
             op(x)
-        # Interleave the two so that machine noise hits both alike.
-        t_builtin, t_ours = [], []
-        for _ in range(3):
-            t_builtin.append(_time(builtin, x, max(1, n_iters // 3), device))
-            t_ours.append(_time(ours, x, max(1, n_iters // 3), device))
-        rows.append((size, statistics.median(t_ours), statistics.median(t_builtin)))
-    return rows
+        per_round = {name: [] for name in ops}
+        for _ in range(rounds):  # interleaved, so that machine noise hits every op alike
+            for name, op in ops.items():
+                per_round[name].append(_time(op, x, n_iters, device))
+        chosen = C.choose_all_reduce_algorithm(size, world_size, alpha=alpha, beta=beta)
+        rows.append((size, {name: statistics.median(t) for name, t in per_round.items()}, chosen))
+    return {"rows": rows, "alpha_beta": (alpha, beta), "backend": backend}
 
 
 def _fmt_size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def _fit(acc, world: int, rows) -> tuple[float, float] | None:
+    """alpha, beta fitted to the ring's and recursive doubling's times (None before Task 6.5)."""
+    points = [(size, t[a], a) for size, t, _ in rows for a in ("ring", "recursive_doubling")]
+    try:
+        return acc.fit_alpha_beta(*zip(*points), world_size=world)
+    except (NotImplementedError, AttributeError) as exc:
+        print(f"(no fit: accounting.fit_alpha_beta is not there yet: {exc})")
+        return None
 
 
 def main() -> None:
@@ -68,45 +88,117 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--world-sizes", default="2,4", help="standalone runs (ignored under torchrun)")
     parser.add_argument("--max-size", type=int, default=64 << 20, help="largest message in bytes (default 64 MiB)")
-    parser.add_argument("--iters", type=int, default=3, help="minimum timed iterations per size")
+    parser.add_argument("--iters", type=int, default=3, help="minimum timed iterations per size and round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median taken)")
     args = parser.parse_args()
     sizes = [s for s in DEFAULT_SIZES if s <= args.max_size]
     worlds = [None] if under_torchrun() else [int(w) for w in args.world_sizes.split(",")]
 
-    table, csv_rows = [], []
+    results = {}
     for world in worlds:
-        kwargs = dict(backend=args.backend, impl=args.impl, sizes=sizes, iters=args.iters)
-        rows = launch(world or 0, bench_rank, **kwargs)[0]
-        world = world or dist.get_world_size()
-        for size, t_ours, t_builtin in rows:
-            factor = 2 * (world - 1) / world
-            bus_ours, bus_builtin = factor * size / t_ours / 1e9, factor * size / t_builtin / 1e9
-            table.append([world, _fmt_size(size), t_ours * 1e3, t_builtin * 1e3, size / t_ours / 1e9, bus_ours,
-                          bus_builtin, bus_ours / bus_builtin])  # fmt: skip
-            csv_rows.append([world, size, t_ours, t_builtin, bus_ours, bus_builtin])
+        kwargs = dict(backend=args.backend, impl=args.impl, sizes=sizes, iters=args.iters, rounds=args.rounds)
+        out = launch(world or 0, bench_rank, **kwargs)[0]
+        results[world or dist.get_world_size()] = out
     if not main_rank():
         return
-    headers = ["world", "size", "ours ms", "torch ms", "ours algbw GB/s", "ours busbw GB/s", "torch busbw GB/s",
-               "ratio (ours/torch)"]  # fmt: skip
-    print(f"\nring all_reduce ({args.impl}) vs dist.all_reduce, backend {args.backend}, float32\n")
+    acc = load_impl(args.impl, "accounting")
+    names = [*ALGORITHMS, BUILTIN]
+    table, csv_rows, fits = [], [], {}
+    for world, out in results.items():
+        factor = 2 * (world - 1) / world
+        for size, t, chosen in out["rows"]:
+            cells = [world, _fmt_size(size)]
+            for name in names:
+                csv_rows.append([world, size, name, t[name], factor * size / t[name] / 1e9, t[BUILTIN] / t[name]])
+                cells.append(t[name] * 1e3)
+            cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in ALGORITHMS] + [chosen]
+            table.append(cells)
+        fits[world] = _fit(acc, world, out["rows"])
+    headers = ["world", "size", *(f"{n} ms" for n in names), "built-in busbw GB/s",
+               *(f"{a} / built-in" for a in ALGORITHMS), "auto picks"]  # fmt: skip
+    backend = next(iter(results.values()))["backend"]
+    print(f"\nall_reduce ({args.impl}) vs dist.all_reduce, backend {backend}, float32; ratios of bus bandwidth\n")
     print(format_table(headers, table))
-    write_csv(args.out / "bench_collectives.csv", ["world", "bytes", "ours_s", "torch_s", "ours_busbw_GBps",
-                                                    "torch_busbw_GBps"], csv_rows)  # fmt: skip
+    write_csv(args.out / "bench_collectives.csv", ["world", "bytes", "algorithm", "seconds", "busbw_GBps",
+                                                    "ratio_to_builtin"], csv_rows)  # fmt: skip
+    worst = min((row[-2], row[0], row[1]) for row in table)  # the auto / built-in column
+    print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]})")
+    _report_fits(acc, results, fits)
+    print(f"\nplot: {_plot(acc, results, fits, args.out / 'bench_collectives.png', backend)}")
 
-    def draw(ax):
-        for world in sorted({r[0] for r in csv_rows}):
-            rows = [r for r in csv_rows if r[0] == world]
-            xs = [r[1] for r in rows]
-            ax.plot(xs, [r[4] for r in rows], "o-", label=f"ours, world {world}")
-            ax.plot(xs, [r[5] for r in rows], "s--", label=f"dist.all_reduce, world {world}")
+
+def _report_fits(acc, results, fits) -> None:
+    """alpha, beta per world size, and the model's relative error at every measured point."""
+    for world, fit in fits.items():
+        alpha_used, beta_used = results[world]["alpha_beta"]
+        print(f"\nworld {world}: auto uses alpha = {alpha_used:.3g} s, beta = {beta_used:.3g} s/B "
+              f"(crossover {_crossover_text(acc, world, alpha_used, beta_used)})")  # fmt: skip
+        if fit is None:
+            continue
+        alpha, beta = fit
+        print(f"world {world}: fitted alpha = {alpha:.3g} s, beta = {beta:.3g} s/B "
+              f"(1/beta = {1 / beta / 1e9:.3g} GB/s), crossover {_crossover_text(acc, world, alpha, beta)}")  # fmt: skip
+        errors = []
+        for size, t, _ in results[world]["rows"]:
+            for a in ("ring", "recursive_doubling"):
+                model = acc.all_reduce_time(size, world, a, alpha, beta)
+                errors.append((abs(model - t[a]) / t[a], a, size))
+        err, a, size = max(errors)
+        print(f"world {world}: model vs measured, worst relative error {err:.0%} ({a}, {_fmt_size(size)}); "
+              f"median {statistics.median(e for e, _, _ in errors):.0%}")  # fmt: skip
+
+
+def _crossover_text(acc, world: int, alpha: float, beta: float) -> str:
+    try:
+        cross = acc.all_reduce_crossover_bytes(world, alpha, beta)
+    except (NotImplementedError, AttributeError):
+        return "unknown before Task 6.5"
+    return "none: recursive doubling always wins" if cross is None else f"{cross / 2**20:.3g} MiB"
+
+
+def _plot(acc, results, fits, path, backend: str):
+    """One panel per world size: measured time (markers), fitted model (lines), crossovers (vertical)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    worlds = list(results)
+    fig, axes = plt.subplots(1, len(worlds), figsize=(6.5 * len(worlds), 4.8), squeeze=False)
+    styles = {"ring": ("o", "C0"), "recursive_doubling": ("s", "C1"), "auto": ("^", "C2"), BUILTIN: ("x", "k")}
+    for ax, world in zip(axes[0], worlds):
+        rows = results[world]["rows"]
+        xs = [size for size, _, _ in rows]
+        for name, (marker, color) in styles.items():
+            ax.plot(xs, [t[name] for _, t, _ in rows], marker, color=color, label=f"{name} (measured)")
+        fit = fits.get(world)
+        if fit is not None:
+            fine = [xs[0] * (xs[-1] / xs[0]) ** (i / 60) for i in range(61)]
+            for a in ("ring", "recursive_doubling"):
+                modelled = [acc.all_reduce_time(m, world, a, *fit) for m in fine]
+                ax.plot(fine, modelled, "-", color=styles[a][1], alpha=0.6, label=f"{a} (model)")
+        for label, (alpha, beta), style in [("auto's crossover", results[world]["alpha_beta"], "--"),
+                                            ("fitted crossover", fit or (None, None), ":")]:  # fmt: skip
+            cross = None
+            if alpha is not None:
+                try:
+                    cross = acc.all_reduce_crossover_bytes(world, alpha, beta)
+                except (NotImplementedError, AttributeError):
+                    pass
+            if cross is not None and xs[0] / 4 < cross < xs[-1] * 4:
+                ax.axvline(cross, linestyle=style, color="gray", label=f"{label} {cross / 2**20:.2g} MiB")
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
         ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title(f"ring all-reduce vs built-in ({args.backend})")
-        ax.legend()
+        ax.set_ylabel("time per all-reduce (s)")
+        ax.set_title(f"all-reduce, world {world} ({backend})")
         ax.grid(True, alpha=0.3)
-
-    print(f"\nplot: {save_plot(args.out / 'bench_collectives.png', draw)}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

@@ -171,7 +171,8 @@ def test_avg_divides_by_world_size_once(world_size, algorithm):
     for rank, (results, _) in enumerate(outs):
         for i, (dtype, shape) in enumerate(cases):
             want = (torch.stack([inputs[r][i].double() for r in range(world_size)]).sum(0) / world_size).to(dtype)
-            assert_close(results[i], want, what=f"rank {rank}, all_reduce(avg, {algorithm!r}) of {str(dtype)[6:]}")
+            what = f"rank {rank}, all_reduce(avg, {algorithm!r}) of {str(dtype)[6:]} {shape}"
+            assert_close(results[i], want, what=what)
 
 
 def random_rank(ctx, seed: int, algorithm: str):

@@ -1,0 +1,1 @@
+"""Mutant: an unknown algorithm is not rejected: it silently runs the ring."""

@@ -1,0 +1,1 @@
+"""Mutant: the model is computed, but algorithm="auto" always picks the ring."""
