@@ -209,7 +209,7 @@ def ring_traffic_rank(ctx, numel: int):
 
 @pytest.mark.task1_5
 @pytest.mark.world_sizes(2, 4, 8)
-@pytest.mark.parametrize("numel", [4096, 4099])
+@pytest.mark.parametrize("numel", [4096, 4099], ids=["4096-elements", "4099-elements"])
 def test_all_reduce_is_a_ring_sending_2_n_minus_1_over_n_of_the_data(world_size, numel):
     """Each rank talks only to its ring neighbours and sends 2(N-1)/N * M bytes (up to rounding)."""
     outs = run_ranks(world_size, ring_traffic_rank, numel)

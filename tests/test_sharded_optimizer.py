@@ -31,6 +31,13 @@ OPTIMIZERS = {  # name -> (class, kwargs); each param group below overrides some
 }
 
 
+# ZeRO stage 1 (task 3.1) and stage 2 (task 3.2), for tests that cover both.
+STAGES = [
+    pytest.param(1, id="stage1", marks=pytest.mark.task3_1),
+    pytest.param(2, id="stage2", marks=pytest.mark.task3_2),
+]
+
+
 def make_model() -> DeepMLP:
     torch.manual_seed(0)  # every rank and the oracle build the same weights
     return DeepMLP(LAYERS, D_MODEL, D_FF)
@@ -176,7 +183,7 @@ def assignment_rank(ctx, shapes):
 
 
 @pytest.mark.task3_1
-@pytest.mark.parametrize("shapes", list(SHAPE_SETS))
+@pytest.mark.parametrize("shapes", list(SHAPE_SETS), ids=[f"{name}-shapes" for name in SHAPE_SETS])
 def test_every_parameter_has_exactly_one_owner_and_ownership_is_balanced(world_size, shapes):
     """The ranks agree (without talking) on one owner per parameter, the same every time; no rank
     owns more than P/N + the largest parameter's numel."""
@@ -219,9 +226,7 @@ def optimizer_memory_rank(ctx, opt_name: str, stage: int):
 
 
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
-@pytest.mark.parametrize(
-    "stage", [pytest.param(1, marks=pytest.mark.task3_1), pytest.param(2, marks=pytest.mark.task3_2)]
-)
+@pytest.mark.parametrize("stage", STAGES)
 def test_each_rank_holds_about_one_nth_of_the_optimizer_state(world_size, opt_name, stage):
     """Measured, not assumed: the tensors reachable from the sharded optimizer (its state, any
     buffers it keeps) take at most 1/N of the plain optimizer's bytes plus one parameter's state."""
@@ -253,9 +258,7 @@ def step_comm_rank(ctx, stage: int):
 
 
 @pytest.mark.world_sizes(2, 4)
-@pytest.mark.parametrize(
-    "stage", [pytest.param(1, marks=pytest.mark.task3_1), pytest.param(2, marks=pytest.mark.task3_2)]
-)
+@pytest.mark.parametrize("stage", STAGES)
 def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world_size, stage):
     """In step: no all-reduce; one all-gather (or broadcasts) moving each updated parameter once
     (P elements, plus padding of at most one parameter per rank); stage 2 also reduce-scatters the
