@@ -31,7 +31,7 @@ MUTANTS = {
     "mesh_dp_over_tp_axis": (TRAIN, "(dp2xtp2, sgd)"),
     "mesh_no_dp_all_reduce": (TRAIN, "(dp2xtp2, sgd)"),
     "mesh_tp_on_world": (TRAFFIC, "calls outside the tp/dp slices"),
-    "mesh_pipeline_across_dp": (TRAIN, "dp2xpp2"),
+    "mesh_pipeline_across_dp": (TRAIN, "trainer_rank failed"),  # PipelineStage refuses the wrong group
     "mesh_zero_on_world": (ZERO, "zero 1"),
     "accounting_planner_tp_across_nodes": (f"{PLAN}::test_planner_keeps_tp_inside_a_node_and_grows_pp_across_nodes",
                                            "TP crosses nodes"),
