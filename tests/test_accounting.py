@@ -60,7 +60,9 @@ def assert_value(got, expected, what: str, rel: float = 1e-9) -> None:
 
 @pytest.mark.task6_1
 def test_zero_memory_reproduces_the_zero_papers_figure_1():
-    """Rajbhandari et al. 2020, Figure 1: a 7.5B-parameter model, 64 GPUs, mixed-precision Adam
+    """``zero_memory_per_gpu`` reproduces the ZeRO paper's Figure 1 (120, 31.4, 16.6, 1.9 GB per GPU).
+
+    Rajbhandari et al. 2020, Figure 1: a 7.5B-parameter model, 64 GPUs, mixed-precision Adam
     (K = 12) needs 120, 31.4, 16.6 and 1.9 GB per GPU for stages 0 (DDP), 1, 2, 3."""
     stages = evaluate(*[call("zero_memory_per_gpu", 7.5e9, 64, s) for s in range(4)])
     for stage, got, paper, exact in zip(range(4), stages, [120, 31.4, 16.6, 1.9], [120, 31.40625, 16.640625, 1.875]):
@@ -71,7 +73,9 @@ def test_zero_memory_reproduces_the_zero_papers_figure_1():
 
 @pytest.mark.task6_2
 def test_bubble_and_ring_all_reduce_examples():
-    """GPipe/1F1B: p=4 stages, m=8 microbatches idle (p-1)/(m+p-1) = 3/11 = 0.2727 of the step;
+    """``pipeline_bubble_fraction`` and ``ring_all_reduce_bytes_per_rank`` give the handout's examples.
+
+    GPipe/1F1B: p=4 stages, m=8 microbatches idle (p-1)/(m+p-1) = 3/11 = 0.2727 of the step;
     interleaving v=2 chunks: 3/19; one stage: no bubble. Ring all-reduce of 1 GB on 8 ranks sends
     2 * 7/8 GB per rank; alone, nothing."""
     got = evaluate(
@@ -88,7 +92,9 @@ def test_bubble_and_ring_all_reduce_examples():
 
 @pytest.mark.task6_3
 def test_training_flops_and_mfu_examples():
-    """Kaplan et al.: C = 6ND. GPT-3 (175e9 parameters, 300e9 tokens) -> 3.15e23 FLOPs (Brown et al.
+    """``training_flops`` and ``mfu`` give the papers' numbers (GPT-3's 3.15e23 FLOPs, an H100's MFU).
+
+    Kaplan et al.: C = 6ND. GPT-3 (175e9 parameters, 300e9 tokens) -> 3.15e23 FLOPs (Brown et al.
     report 3.14e23). 1e9 parameters at 10,000 tokens/s on a 989 TFLOP/s GPU: MFU 6e13 / 989e12."""
     flops, util = evaluate(call("training_flops", 175e9, 300e9), call("mfu", 1e4, 1e9, 989e12))
     assert_value(flops, 3.15e23, "training_flops(175e9, 300e9)")
@@ -98,7 +104,9 @@ def test_training_flops_and_mfu_examples():
 
 @pytest.mark.task6_4
 def test_activation_memory_follows_korthikanti_et_al():
-    """GPT-3 175B (s=2048, b=1, h=12288, a=96): the attention term 5as/h = 80 outweighs the 34, so one
+    """``activation_memory_per_layer`` gives Korthikanti et al.'s numbers for GPT-3 175B.
+
+    GPT-3 175B (s=2048, b=1, h=12288, a=96): the attention term 5as/h = 80 outweighs the 34, so one
     layer keeps sbh * 114 bytes; tensor parallelism t=8 leaves the 10 of norms and dropouts unsplit;
     adding sequence parallelism divides everything by t."""
     s, b, h, a, t = 2048, 1, 12288, 96, 8
@@ -130,7 +138,9 @@ def batches(*elements):
 @EXAMPLES
 @given(batches(counts, world, per_param))
 def test_zero_memory_matches_its_definition_on_random_models(cases):
-    """Stage k shards the first k of (optimizer state, grads, params) across N GPUs; stage 0 is
+    """``zero_memory_per_gpu`` matches its definition on random models.
+
+    Stage k shards the first k of (optimizer state, grads, params) across N GPUs; stage 0 is
     training_memory_bytes; memory never grows with the stage."""
     calls = []
     for n, w, (p, g, o) in cases:
@@ -151,7 +161,9 @@ def test_zero_memory_matches_its_definition_on_random_models(cases):
 @EXAMPLES
 @given(batches(counts, world, st.integers(1, 64), st.integers(1, 512), st.integers(1, 8)))
 def test_ring_bytes_and_bubbles_match_their_definitions_on_random_inputs(cases):
-    """2(N-1)/N * M bytes per rank; bubble (p-1)/(v*m + p-1), which falls as m or v grow."""
+    """Ring bytes and the bubble match their definitions on random inputs.
+
+    2(N-1)/N * M bytes per rank; bubble (p-1)/(v*m + p-1), which falls as m or v grow."""
     calls = []
     for m_bytes, n, p, m, v in cases:
         calls += [
@@ -171,7 +183,9 @@ def test_ring_bytes_and_bubbles_match_their_definitions_on_random_inputs(cases):
 @EXAMPLES
 @given(batches(st.floats(0, 1e13), st.floats(0, 1e13), st.floats(1e9, 1e16)))
 def test_flops_and_mfu_match_their_definitions_on_random_inputs(cases):
-    """training_flops = 6ND; mfu = 6 N tokens_per_second / peak."""
+    """``training_flops`` and ``mfu`` match their definitions on random inputs.
+
+    training_flops = 6ND; mfu = 6 N tokens_per_second / peak."""
     calls = [c for n, d, peak in cases for c in (call("training_flops", n, d), call("mfu", d, n, peak))]
     values = evaluate(*calls)
     for i, (n, d, peak) in enumerate(cases):
@@ -183,7 +197,9 @@ def test_flops_and_mfu_match_their_definitions_on_random_inputs(cases):
 @EXAMPLES
 @given(batches(st.integers(1, 8192), st.integers(1, 64), st.integers(1, 64), st.sampled_from([1, 2, 4, 8])))
 def test_activation_memory_matches_its_definition_on_random_layers(cases):
-    """The three formulas of Korthikanti et al.; sequence parallelism never costs more than plain TP,
+    """``activation_memory_per_layer`` matches Korthikanti et al.'s formulas on random inputs.
+
+    The three formulas of Korthikanti et al.; sequence parallelism never costs more than plain TP,
     and TP never more than none."""
     calls = []
     for s, b, head_dim, t in cases:
@@ -246,6 +262,8 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_naming_the_argument(case):
-    """Negative counts, a stage outside 0-3, a world of 0, a non-integer where one is needed, heads that
+    """Bad input raises the promised ValueError or TypeError, whose message names the argument.
+
+    Negative counts, a stage outside 0-3, a world of 0, a non-integer where one is needed, heads that
     tensor parallelism cannot split: the promised ValueError or TypeError, whose message names the argument."""
     assert_rejected_before_communicating(run_ranks(1, bad_input_rank, "accounting", case), case)

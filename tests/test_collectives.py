@@ -299,7 +299,9 @@ def subgroup_rank(ctx, op: str):
 @pytest.mark.world_sizes(2, 4, 8)
 @pytest.mark.parametrize("op", [pytest.param(op, marks=getattr(pytest.mark, task)) for op, task in SUBGROUP_OPS])
 def test_collectives_on_a_subgroup_use_global_src_dst_and_group_order(world_size, op):
-    """Inside a subgroup (even or odd global ranks), ``src``/``dst`` are global ranks, positions follow the
+    """In a subgroup, ``src``/``dst`` are global ranks, positions follow group order, and no message leaves it.
+
+    Inside a subgroup (even or odd global ranks), ``src``/``dst`` are global ranks, positions follow the
     group's order, and no message leaves the group."""
     for rank, (members, got, events) in enumerate(run_ranks(world_size, subgroup_rank, op)):
         vals = torch.tensor([m + 1.0 for m in members])  # every member's scalar, in group order

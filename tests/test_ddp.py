@@ -227,13 +227,17 @@ def check_training_matches_one_process(world_size, variant, model_name, opt_name
 @pytest.mark.parametrize("model_name", ["toy", "tied", "deep", "lopsided"])
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_sgd_steps_match_one_process_on_the_whole_batch(world_size, variant, model_name):
-    """Three SGD steps; the frozen parameter keeps grad None, the tied weight is averaged once."""
+    """Three SGD steps give every rank the grads and parameters of one process on the whole batch.
+
+    The frozen parameter keeps grad None; the tied weight is averaged once."""
     check_training_matches_one_process(world_size, variant, model_name, "sgd")
 
 
 @pytest.mark.parametrize("variant", variant_params(VARIANTS))
 def test_gradients_of_several_dtypes_are_averaged(world_size, variant):
-    """A float32 layer feeding a float64 one: buffers that pack grads must not mix dtypes."""
+    """Grads of a float32 layer and of a float64 layer are both averaged exactly once.
+
+    A float32 layer feeding a float64 one: buffers that pack grads must not mix dtypes."""
     check_training_matches_one_process(world_size, variant, "mixed", "sgd")
 
 
@@ -252,7 +256,9 @@ def test_repeated_steps_work_with_either_kind_of_zero_grad(world_size, variant, 
 
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 def test_a_parameter_without_grad_in_a_step_keeps_none_and_nothing_hangs(world_size, variant):
-    """BranchyModel skips ``extra`` on odd steps: its grads stay None there, its bucket goes at finish."""
+    """A parameter unused in a step keeps grad None on every rank, and the step neither hangs nor drops a bucket.
+
+    BranchyModel skips ``extra`` on odd steps: its grads stay None there, its bucket goes at finish."""
     check_training_matches_one_process(world_size, variant, "branchy", "sgd", steps=4)
 
 
@@ -315,7 +321,9 @@ def _boundary_mb(model_name: str, count: int) -> float:
 @pytest.mark.task2_4
 @pytest.mark.parametrize("model_name", ["deep", "tied", "toy", "lopsided"])
 def test_bucket_layout_follows_the_reverse_order_cap_rule(model_name):
-    """Caps: 0 and tiny (one parameter per bucket), exactly full, just short of full, 1 MiB, huge (one bucket)."""
+    """``bucket_parameter_names()`` follows the reverse-order cap rule at the edge caps.
+
+    Caps: 0 and tiny (one parameter per bucket), exactly full, just short of full, 1 MiB, huge (one bucket)."""
     exact = _boundary_mb(model_name, 3)
     caps = [0.0, 1e-9, exact, exact * (1 - 1e-6), 0.002, 1.0, 1e6, float("inf")]
     got = run_ranks(1, layout_rank, [(model_name, mb) for mb in caps])[0]
@@ -408,7 +416,9 @@ def assert_overlapped(out: dict, buckets: list[list[str]], numels: dict[str, int
 @pytest.mark.parametrize("variant", variant_params(WRAPPERS))
 @pytest.mark.parametrize("model_name", ["deep", "tied", "lopsided"])
 def test_each_bucket_is_all_reduced_once_asynchronously_as_soon_as_it_is_full(world_size, variant, model_name):
-    """One async all-reduce per bucket, launched from a hook during backward as soon as its last grad is ready; no wait
+    """Each bucket is all-reduced once, asynchronously, from a hook as soon as its last grad is ready.
+
+    One async all-reduce per bucket, launched from a hook during backward as soon as its last grad is ready; no wait
     before backward ends; sizes match the buckets."""
     batch = make_batches(model_name, world_size, 1)[0]
     outs = run_ranks(world_size, overlap_rank, variant, model_name, None, batch)
@@ -435,7 +445,9 @@ def after_backward_rank(ctx, variant, model_name, batch):
 @pytest.mark.parametrize("variant", variant_params(["naive", "flat"]))
 @pytest.mark.parametrize("model_name", ["tied", "mixed"])
 def test_naive_reduces_each_gradient_and_flat_each_dtype_once(world_size, variant, model_name):
-    """Naive: one all_reduce per parameter that has a grad (tied once, frozen never). Flat: one per dtype."""
+    """Naive makes one all_reduce per gradient, flat one per dtype, and nothing else.
+
+    Naive: one all_reduce per parameter that has a grad (tied once, frozen never). Flat: one per dtype."""
     outs = run_ranks(world_size, after_backward_rank, variant, model_name, make_batches(model_name, world_size, 1)[0])
     params = [p for p in build_model(model_name, 0).parameters() if p.requires_grad]
     if variant == "naive":

@@ -140,7 +140,9 @@ def fsdp_oracle(name: str, world_size: int, opt_name: str):
     ],  # fmt: skip
 )
 def test_fsdp_training_matches_a_plain_model_on_averaged_grads(world_size, name, dtype_name, opt_name):
-    """Every step, every rank's loss equals the plain model's on that rank's batch, and the gathered
+    """FSDP training matches a plain model on averaged grads: losses and full parameters, every step, every rank.
+
+    Every step, every rank's loss equals the plain model's on that rank's batch, and the gathered
     full state dict (the wrapped module's keys, fp32) equals the plain model's after the same optimizer
     on the mean grads. With compute_dtype=bfloat16 every matmul runs in bfloat16 while the shards stay
     fp32."""
@@ -240,7 +242,9 @@ def fsdp_memory_rank(ctx):
 
 @pytest.mark.task3_3
 def test_fsdp_holds_one_nth_of_each_weight_and_frees_gathered_weights(world_size):
-    """Measured on storage, not attributes: between steps, after forward and after backward, the
+    """FSDP holds 1/N of each weight and frees every gathered weight once its layer has run.
+
+    Measured on storage, not attributes: between steps, after forward and after backward, the
     tensors reachable from FSDP (shards, replicated params, their grads, anything cached) fit in
     ceil(numel/N) per sharded weight; no gathered buffer outlives forward or backward, and autograd
     saves no full weight for backward."""
@@ -287,7 +291,9 @@ def fsdp_comm_rank(ctx):
 @pytest.mark.task3_3
 @pytest.mark.world_sizes(2, 4)
 def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_grad(world_size):
-    """Forward: layer i starts after i or i+1 all-gathers (its own weight, at most one prefetched),
+    """FSDP all-gathers each layer's weight just before it runs and reduce-scatters its grad in backward.
+
+    Forward: layer i starts after i or i+1 all-gathers (its own weight, at most one prefetched),
     each moving one shard (ceil(numel/N) elements). Backward: every layer is gathered again, in
     reverse order, and its weight grad is reduce-scattered (N * ceil(numel/N) elements in)."""
     model = make_fsdp_model("deep_mlp")

@@ -78,7 +78,9 @@ def split_rank(ctx, cases):
 
 @pytest.mark.task5_1
 def test_split_into_stages_is_contiguous_balanced_and_shares_the_layers():
-    """Stage s gets layers [a_s, b_s), in order, the same objects under the same names as the model's;
+    """``split_into_stages`` is contiguous, balanced (first stages take the extra) and shares the model's layers.
+
+    Stage s gets layers [a_s, b_s), in order, the same objects under the same names as the model's;
     sizes differ by at most one and the first stages take the extra layers (6 over 4 stages: 2, 2, 1, 1)."""
     cases = [(layers, p) for layers in range(1, 10) for p in range(1, layers + 1)]
     got = run_ranks(1, split_rank, cases)[0]
@@ -156,7 +158,9 @@ def test_one_f_one_b_on_stage_0_of_4_stages_and_8_microbatches():
 
 @pytest.mark.task5_2
 def test_one_f_one_b_warms_up_then_alternates_then_cools_down():
-    """min(p - s - 1, m) warm-up forwards, then F/B pairs, then the remaining backwards; so stage s
+    """1F1B warms up, alternates one forward and one backward, then cools down, on every stage.
+
+    min(p - s - 1, m) warm-up forwards, then F/B pairs, then the remaining backwards; so stage s
     never has more than min(p - s, m) microbatches between their F and their B."""
     schedules = computed_schedules()
     for p, m in GRID:
@@ -193,7 +197,9 @@ def _simulate(stages: list[list[tuple[str, int]]], f: int = 1, b: int = 2):
 @pytest.mark.task5_2
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_schedules_never_deadlock_and_idle_exactly_the_bubble(name):
-    """Simulated with F = 1 and B = 2 time units, all stages finish after 3(m + p - 1) units: each is
+    """Both schedules run without deadlock and idle exactly the bubble (p - 1) / (m + p - 1).
+
+    Simulated with F = 1 and B = 2 time units, all stages finish after 3(m + p - 1) units: each is
     busy 3m of them, so the idle fraction is the bubble (p - 1) / (m + p - 1)."""
     schedules = computed_schedules()
     for p, m in GRID:
@@ -315,7 +321,9 @@ def assert_matches_oracle(results, expected, ranks, what: str) -> None:
 @pytest.mark.parametrize("m_case", MICROBATCHES)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_pipeline_training_matches_one_process_on_the_full_batch(world_size, schedule, m_case, kind):
-    """Three SGD steps: the last stage returns the full-batch mean loss, and every stage's grads
+    """Every step, the last stage's loss and every stage's grads equal one process's on the full batch.
+
+    Three SGD steps: the last stage returns the full-batch mean loss, and every stage's grads
     equal the full model's on the full batch (float64), at every step."""
     m = _microbatches(m_case, world_size)
     if kind == "widths" and world_size > 6:
@@ -330,7 +338,9 @@ def test_pipeline_training_matches_one_process_on_the_full_batch(world_size, sch
 @pytest.mark.task5_3
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_train_step_adds_to_grad_like_backward(world_size, schedule):
-    """Two train steps before one optimizer step leave twice the full-batch gradients in ``.grad``
+    """``train_step`` adds to ``.grad`` as ``backward`` does.
+
+    Two train steps before one optimizer step leave twice the full-batch gradients in ``.grad``
     (gradient accumulation), as two ``loss.backward()`` calls would."""
     batches = make_batches("deep", 2 * world_size, steps=2, seed=5)
     results = run_ranks(world_size, train_rank, "deep", world_size, schedule, [batches], accumulate=2)
@@ -342,7 +352,9 @@ def test_train_step_adds_to_grad_like_backward(world_size, schedule):
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_two_pipelines_in_subgroups_train_independently(world_size, schedule):
-    """Ranks {0, 1} and {2, 3} are two 2-stage pipelines (as beside data parallelism): stage numbers
+    """Two 2-stage pipelines in subgroups {0, 1} and {2, 3} train independently, each matching its oracle.
+
+    Ranks {0, 1} and {2, 3} are two 2-stage pipelines (as beside data parallelism): stage numbers
     are ranks within the group, while send/recv take global ranks."""
     data = [make_batches("deep", 8, steps=2, seed=10 + k) for k in range(2)]
     results = run_ranks(world_size, train_rank, "deep", 4, schedule, data, pipelines=2)
@@ -367,7 +379,9 @@ def comm_rank(ctx, m, schedule):
 @pytest.mark.parametrize("m_case", ["m-below-p", "m-above-p"])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_stages_only_send_and_receive_with_their_neighbours(world_size, schedule, m_case):
-    """Stage s sends m activations (3x8) to s + 1 and m input grads to s - 1, receives the same from
+    """Stages only talk to their neighbours: m activations forward, m grads back, and small shape headers.
+
+    Stage s sends m activations (3x8) to s + 1 and m input grads to s - 1, receives the same from
     them, and may add small shape headers: each with fewer numbers than an activation, and all of them
     together fewer than the activations they describe (the handout promises "a small header")."""
     m = _microbatches(m_case, world_size)
@@ -421,7 +435,9 @@ def memory_rank(ctx, m, schedule):
 @pytest.mark.parametrize("m_case", MICROBATCHES)
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_peak_activations_and_timeline_follow_the_schedule(world_size, schedule, m_case):
-    """GPipe holds all m microbatches; 1F1B's stage s at most min(p - s, m). Both ``.peak_activations``
+    """``.peak_activations`` and ``.timeline`` follow the schedule: GPipe holds m microbatches, 1F1B fewer.
+
+    GPipe holds all m microbatches; 1F1B's stage s at most min(p - s, m). Both ``.peak_activations``
     and the activations actually alive are checked; ``.timeline`` lists the schedule's actions in order."""
     p, m = world_size, _microbatches(m_case, world_size)
     for s, (reported, alive, timeline) in enumerate(run_ranks(world_size, memory_rank, m, schedule)):

@@ -134,7 +134,9 @@ def assert_params_match_the_oracle(world_size: int, opt_name: str, stage: int) -
 @pytest.mark.task3_1
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_stage1_matches_the_unsharded_optimizer_on_averaged_grads_on_every_rank(world_size, opt_name):
-    """Every step, every rank's parameters equal the plain optimizer's (two param groups, a third
+    """Stage 1 keeps every rank's parameters equal to the plain optimizer's on averaged grads, every step.
+
+    Every step, every rank's parameters equal the plain optimizer's (two param groups, a third
     added with add_param_group at step 2): owners update, then every rank receives the update."""
     assert_params_match_the_oracle(world_size, opt_name, stage=1)
 
@@ -142,14 +144,18 @@ def test_stage1_matches_the_unsharded_optimizer_on_averaged_grads_on_every_rank(
 @pytest.mark.task3_2
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_stage2_averages_local_grads_itself_and_matches_the_unsharded_optimizer(world_size, opt_name):
-    """With shard_gradients=True the grads given to step are each rank's own: step must average
+    """Stage 2 averages each rank's own grads itself and still matches the plain optimizer, every step.
+
+    With shard_gradients=True the grads given to step are each rank's own: step must average
     them (reduce-scatter, then divide by the world size) and still match the plain optimizer."""
     assert_params_match_the_oracle(world_size, opt_name, stage=2)
 
 
 @pytest.mark.task3_2
 def test_stage2_keeps_only_the_owned_grads_after_step(world_size):
-    """After step a rank holds the grads of its own parameters and None for every other one of the
+    """After a stage-2 step a rank holds the grads of the parameters it owns and None for the others.
+
+    After step a rank holds the grads of its own parameters and None for every other one of the
     optimizer's parameters."""
     outs = run_ranks(world_size, train_rank, "sgd_momentum", 2)
     for rank, history in enumerate(outs):
@@ -185,7 +191,9 @@ def assignment_rank(ctx, shapes):
 @pytest.mark.task3_1
 @pytest.mark.parametrize("shapes", list(SHAPE_SETS), ids=[f"{name}-shapes" for name in SHAPE_SETS])
 def test_every_parameter_has_exactly_one_owner_and_ownership_is_balanced(world_size, shapes):
-    """The ranks agree (without talking) on one owner per parameter, the same every time; no rank
+    """Every parameter has exactly one owner, agreed by all ranks without talking, and ownership is balanced.
+
+    The ranks agree (without talking) on one owner per parameter, the same every time; no rank
     owns more than P/N + the largest parameter's numel."""
     shapes = SHAPE_SETS[shapes]
     outs = run_ranks(world_size, assignment_rank, shapes)
@@ -228,7 +236,9 @@ def optimizer_memory_rank(ctx, opt_name: str, stage: int):
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_rank_holds_about_one_nth_of_the_optimizer_state(world_size, opt_name, stage):
-    """Measured, not assumed: the tensors reachable from the sharded optimizer (its state, any
+    """Each rank's sharded optimizer holds at most 1/N of the plain optimizer's state, plus one parameter's.
+
+    Measured, not assumed: the tensors reachable from the sharded optimizer (its state, any
     buffers it keeps) take at most 1/N of the plain optimizer's bytes plus one parameter's state."""
     outs = run_ranks(world_size, optimizer_memory_rank, opt_name, stage)
     for rank, (sharded, plain, per_param) in enumerate(outs):
@@ -260,7 +270,9 @@ def step_comm_rank(ctx, stage: int):
 @pytest.mark.world_sizes(2, 4)
 @pytest.mark.parametrize("stage", STAGES)
 def test_step_sends_each_updated_parameter_once_and_stage2_reduce_scatters(world_size, stage):
-    """In step: no all-reduce; one all-gather (or broadcasts) moving each updated parameter once
+    """``step`` sends each updated parameter once and never all-reduces; stage 2 also reduce-scatters the grads.
+
+    In step: no all-reduce; one all-gather (or broadcasts) moving each updated parameter once
     (P elements, plus padding of at most one parameter per rank); stage 2 also reduce-scatters the
     grads (P elements in), which with the all-gather costs exactly one all-reduce: no more than DDP."""
     numels = [p.numel() for p in make_model().parameters()]

@@ -169,7 +169,9 @@ def test_conjugate_function_forward_backward_and_communication(world_size, name)
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("name", CONJUGATES)
 def test_conjugate_function_stays_inside_its_group(world_size, name):
-    """With group= two TP groups {0, 1} and {2, 3}: sums and concatenations only within the group."""
+    """With ``group=``, each conjugate function sums and concatenates only within its TP group.
+
+    With group= two TP groups {0, 1} and {2, 3}: sums and concatenations only within the group."""
     groups = [[0, 1], [2, 3]]
     xs = [_rand(*X_SHAPE, seed=20 + r) for r in range(world_size)]
     gs = [_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
@@ -238,7 +240,9 @@ def _check_shards(out, dense_tensors: dict, shard_dims: dict, rank: int, world: 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("gather_output", [False, True], ids=["sharded-output", "gather_output"])
 def test_column_parallel_linear_matches_the_dense_slice(world_size, gather_output, bias):
-    """Rank r's output is columns r of the dense output (or all of it, gathered); x.grad is the dense
+    """ColumnParallelLinear's output, x.grad and shard grads equal the matching slices of the dense layer's.
+
+    Rank r's output is columns r of the dense output (or all of it, gathered); x.grad is the dense
     x.grad on every rank (f all-reduced it); weight/bias grads are rows r of the dense grads."""
     dense = _dense_linear(D, DFF, bias)
     x, G = _rand(S, B, D, seed=1), _rand(S, B, DFF, seed=2)
@@ -258,7 +262,9 @@ def test_column_parallel_linear_matches_the_dense_slice(world_size, gather_outpu
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("input_is_parallel", [True, False], ids=["parallel-input", "replicated-input"])
 def test_row_parallel_linear_matches_dense_and_adds_the_bias_once(world_size, input_is_parallel, bias):
-    """The output is the full dense output on every rank (partial sums all-reduced, bias added once);
+    """RowParallelLinear's output equals the dense layer's on every rank, with the bias added once.
+
+    The output is the full dense output on every rank (partial sums all-reduced, bias added once);
     weight grads are columns r of the dense grad; the replicated bias gets the whole dense grad."""
     dense = _dense_linear(DFF, D, bias)
     x, G = _rand(S, B, DFF, seed=3), _rand(S, B, D, seed=4)
@@ -286,7 +292,9 @@ def fresh_layer_rank(ctx, layer: str):
 @pytest.mark.parametrize("layer", [pytest.param("column", marks=pytest.mark.task4_2),
                                    pytest.param("row", marks=pytest.mark.task4_3)])  # fmt: skip
 def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(world_size, layer):
-    """Column: weight (out/T, in); Row: weight (out, in/T) and bias (out,), identical on every rank.
+    """Fresh layers have shard shapes, nn.Linear's init over the full fan-in, and (row) one replicated bias.
+
+    Column: weight (out/T, in); Row: weight (out, in/T) and bias (out,), identical on every rank.
     Weights follow nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) with the *full* in_features as fan-in."""
     outs = run_ranks(world_size, fresh_layer_rank, layer)
     fan_in = 64 if layer == "column" else 64 * world_size
@@ -358,7 +366,9 @@ def test_tp_mlp_matches_the_dense_mlp_outputs_and_gradients(world_size, bias):
 
 @pytest.mark.task4_5
 def test_sequence_parallel_mlp_matches_the_dense_rows(world_size):
-    """With SP rank r holds rows r of x (dim 0, the sequence): its output and x.grad are rows r of the
+    """With sequence parallelism rank r's output and x.grad are rows r of the dense MLP's.
+
+    With SP rank r holds rows r of x (dim 0, the sequence): its output and x.grad are rows r of the
     dense ones, and every parameter's grad (the replicated fc2.bias too) equals its dense slice."""
     outs, local, y, x_grad, grads = _run_mlp(world_size, True)
     for r, out in enumerate(outs):
@@ -388,7 +398,9 @@ def _check_comm(outs, expected_fwd, expected_bwd, activation_numel: int, what: s
 @pytest.mark.task4_4
 @pytest.mark.world_sizes(2, 4)
 def test_tp_mlp_makes_one_all_reduce_per_pass_and_stores_1_over_t_of_the_weights(world_size):
-    """Forward: one all-reduce of (s, b, d_model) (g after fc2); backward: one (f before fc1).
+    """The TP MLP makes one all-reduce per pass (forward, backward) and stores 1/T of the weights.
+
+    Forward: one all-reduce of (s, b, d_model) (g after fc2); backward: one (f before fc1).
     Each rank stores 1/T of fc1.weight and fc2.weight; fc2.bias is replicated."""
     outs, *_ = _run_mlp(world_size, False)
     _check_comm(outs, ["all_reduce"], ["all_reduce"], {"all_reduce": S * B * D}, "TP MLP")
@@ -401,7 +413,9 @@ def test_tp_mlp_makes_one_all_reduce_per_pass_and_stores_1_over_t_of_the_weights
 @pytest.mark.task4_5
 @pytest.mark.world_sizes(2, 4)
 def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_scatter(world_size):
-    """Forward: all-gather of x's rows (s/T, b, d) then reduce-scatter of (s, b, d); backward: the
+    """With sequence parallelism each all-reduce becomes an all-gather and a reduce-scatter, in both passes.
+
+    Forward: all-gather of x's rows (s/T, b, d) then reduce-scatter of (s, b, d); backward: the
     same two (the reduce-scatter's backward all-gathers, the all-gather's reduce-scatters). No all-reduce."""
     outs, *_ = _run_mlp(world_size, True)
     sizes = {"all_gather": S * B * D // world_size, "reduce_scatter": S * B * D}
@@ -411,7 +425,9 @@ def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_s
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("sequence_parallel", TP_OR_SP)
 def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
-    """2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
+    """Two TP groups of two each match the dense MLP on their own batch; no message leaves a group.
+
+    2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
     batch; every rank matches the dense MLP on its group's batch, and no message leaves the group."""
     groups = [[0, 1], [2, 3]]
     dense = _dense_mlp(seed=3)
@@ -453,7 +469,9 @@ def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
 
 @pytest.mark.parametrize("sequence_parallel", TP_OR_SP)
 def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, sequence_parallel):
-    """After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
+    """After every SGD(momentum) step each shard equals its slice of the dense MLP trained alone.
+
+    After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
     on the same batches in one process (so any wrong gradient scale shows up at step 1)."""
     dense = _dense_mlp(seed=7)
     state = {k: v.clone() for k, v in dense.state_dict().items()}
