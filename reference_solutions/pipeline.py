@@ -21,7 +21,7 @@ import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -134,6 +134,24 @@ def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> 
 _SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
 
 
+@dataclass
+class _StepState:
+    """What one ``train_step`` carries from action to action."""
+
+    num_microbatches: int
+    inputs: tuple[torch.Tensor, ...] | None  # stage 0: m x (batch/m, ...)
+    targets: tuple[torch.Tensor, ...] | None  # last stage: m x (batch/m, ...)
+    device: torch.device
+    total_loss: torch.Tensor  # float64 scalar, the sum of the scaled microbatch losses (last stage)
+    stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # mb -> (input, output)
+    act_meta: tuple[tuple[int, ...], torch.dtype] | None = None  # stage - 1's activations, from the header
+
+
+# The batch posted by the previous action: (works to wait for, its ops, the receive buffer or None). The ops
+# are kept so that the tensors they send stay alive until the works finish.
+_InFlight = tuple[list, list, torch.Tensor | None]
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 5.3: a pipeline stage
 # ---------------------------------------------------------------------------------------------
@@ -202,11 +220,37 @@ class PipelineStage:
         is smaller than or not divisible by ``num_microbatches``; ``TypeError`` for a missing
         ``inputs`` on stage 0 / ``targets`` on the last stage. All before any communication.
         """
+        m = self._check_step(inputs, targets, num_microbatches, schedule)
+        device = self._device(inputs if self._is_first else targets)
+        step = _StepState(
+            num_microbatches=m,
+            inputs=inputs.chunk(m) if self._is_first else None,  # m x (batch/m, ...)
+            targets=targets.chunk(m) if self._is_last else None,
+            device=device,
+            total_loss=torch.zeros((), dtype=torch.float64, device=device),
+        )
+        plan = _SCHEDULES[schedule](self.num_stages, m, self.stage)
+        in_flight: _InFlight = ([], [], None)
+        self.timeline, self.peak_activations = [], 0
+        for k, action in enumerate(plan):
+            received = self._wait(in_flight)
+            if action.kind == "F":
+                t_start, outgoing = self._forward(step, action.microbatch, received)
+            else:
+                t_start, outgoing = self._backward(step, action.microbatch, received)
+            in_flight = self._send_and_recv(outgoing, plan[k + 1] if k + 1 < len(plan) else None, step)
+            self._record(action, t_start, device)
+        self._wait(in_flight)
+        return float(step.total_loss) if self._is_last else None
+
+    # -- the steps of train_step: check, forward a microbatch, backward a microbatch, send/recv --------
+
+    def _check_step(self, inputs, targets, num_microbatches, schedule) -> int:
+        """train_step's arguments, checked on every rank before any message; returns num_microbatches."""
         if schedule not in _SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {schedule!r}")
         m = _count(num_microbatches, "num_microbatches", 1)
-        first, last = self.stage == 0, self.stage == self.num_stages - 1
-        for name, tensor, needed in [("inputs", inputs, first), ("targets", targets, last)]:
+        for name, tensor, needed in [("inputs", inputs, self._is_first), ("targets", targets, self._is_last)]:
             if tensor is None and not needed:
                 continue
             if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
@@ -215,64 +259,67 @@ class PipelineStage:
                 raise ValueError(
                     f"{name} batch size ({tensor.shape[0]}) must be a positive multiple of num_microbatches ({m})"
                 )
-        x_mb = inputs.chunk(m) if first else None  # m x (batch/m, ...)
-        y_mb = targets.chunk(m) if last else None
-        device = self._device(inputs if first else targets)
+        return m
 
-        plan = _SCHEDULES[schedule](self.num_stages, m, self.stage)
-        stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # microbatch -> (stage input, output)
-        in_flight: tuple[list, list, torch.Tensor | None] = ([], [], None)  # (works, ops, receive buffer)
-        act_meta = None  # (shape, dtype) of the activations from stage - 1, learnt from the header
-        total_loss = torch.zeros((), dtype=torch.float64, device=device)
-        self.timeline, self.peak_activations = [], 0
-        for k, action in enumerate(plan):
-            i = action.microbatch
-            received = self._wait(in_flight)
-            if action.kind == "F":
-                if first:
-                    x = x_mb[i]
-                else:
-                    if received is None:  # the first forward: learn the shape, then receive
-                        act_meta = self._recv_header(device)
-                        received = torch.empty(act_meta[0], dtype=act_meta[1], device=device)
-                        dist.recv(received, src=self.prev_rank, group=self.group)
-                    x = received.requires_grad_(received.is_floating_point())
-                t_start = time.perf_counter()
-                out = self.module(x)
-                outgoing = []
-                if last:
-                    out = self.loss_fn(out, y_mb[i]) / m  # mean of the microbatch means = full-batch mean
-                    total_loss += out.detach().double()
-                else:
-                    if k == 0:
-                        outgoing.append(self._header(out))
-                    outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self.next_rank, self.group))
-                stash[i] = (x, out)
-                self.peak_activations = max(self.peak_activations, len(stash))
-            else:
-                x, out = stash.pop(i)  # released after this backward: that is what 1F1B saves
-                t_start = time.perf_counter()
-                if last:
-                    out.backward()
-                else:
-                    out.backward(received)  # d(loss)/d(out) from stage + 1
-                outgoing = []
-                if not first and x.grad is not None:
-                    outgoing.append(dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank, self.group))
-                del x, out
-            # Post this action's sends together with the receive of the next action's input, as one
-            # batch: two neighbours that each send before they receive would otherwise wait on each
-            # other forever where sends block until matched (NCCL, large tensors).
-            nxt = plan[k + 1] if k + 1 < len(plan) else None
-            buffer = self._input_buffer(nxt, stash, act_meta, device)
-            src = self.prev_rank if nxt is not None and nxt.kind == "F" else self.next_rank
-            ops = outgoing + ([dist.P2POp(dist.irecv, buffer, src, self.group)] if buffer is not None else [])
-            in_flight = (dist.batch_isend_irecv(ops) if ops else [], ops, buffer)
-            self._record(action, t_start, device)
-        self._wait(in_flight)
-        return float(total_loss) if last else None
+    def _forward(self, step: _StepState, i: int, received: torch.Tensor | None) -> tuple[float, list]:
+        """Forward microbatch ``i``: (t_start, the sends it posts). Its input is stage 0's slice of the
+        batch or the activation from stage - 1; its output is stashed for the backward and sent on to
+        stage + 1 (preceded, for microbatch 0, by the shape header), or turned into the loss."""
+        if self._is_first:
+            x = step.inputs[i]
+        else:
+            if received is None:  # the first forward: learn the shape, then receive
+                step.act_meta = self._recv_header(step.device)
+                received = torch.empty(step.act_meta[0], dtype=step.act_meta[1], device=step.device)
+                dist.recv(received, src=self.prev_rank, group=self.group)
+            x = received.requires_grad_(received.is_floating_point())
+        t_start = time.perf_counter()
+        out = self.module(x)
+        outgoing = []
+        if self._is_last:
+            # The mean of the microbatch means is the full-batch mean.
+            out = self.loss_fn(out, step.targets[i]) / step.num_microbatches
+            step.total_loss += out.detach().double()
+        else:
+            if i == 0:
+                outgoing.append(self._header(out))
+            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self.next_rank, self.group))
+        step.stash[i] = (x, out)
+        self.peak_activations = max(self.peak_activations, len(step.stash))
+        return t_start, outgoing
+
+    def _backward(self, step: _StepState, i: int, received: torch.Tensor | None) -> tuple[float, list]:
+        """Backward microbatch ``i``: (t_start, the sends it posts). Its output's gradient comes from
+        stage + 1 (the loss itself on the last stage); its input's gradient is sent to stage - 1."""
+        x, out = step.stash.pop(i)  # released after this backward: that is what 1F1B saves
+        t_start = time.perf_counter()
+        if self._is_last:
+            out.backward()
+        else:
+            out.backward(received)  # d(loss)/d(out) from stage + 1
+        outgoing = []
+        if not self._is_first and x.grad is not None:
+            outgoing.append(dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank, self.group))
+        return t_start, outgoing
+
+    def _send_and_recv(self, outgoing: list, action: Action | None, step: _StepState) -> _InFlight:
+        """Post an action's sends together with the receive of the next ``action``'s input, as one
+        batch: two neighbours that each send before they receive would otherwise wait on each other
+        forever where sends block until matched (NCCL, large tensors)."""
+        buffer = self._input_buffer(action, step)
+        src = self.prev_rank if action is not None and action.kind == "F" else self.next_rank
+        ops = outgoing + ([dist.P2POp(dist.irecv, buffer, src, self.group)] if buffer is not None else [])
+        return (dist.batch_isend_irecv(ops) if ops else [], ops, buffer)
 
     # -- helpers --------------------------------------------------------------------------------
+
+    @property
+    def _is_first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def _is_last(self) -> bool:
+        return self.stage == self.num_stages - 1
 
     def _device(self, batch: torch.Tensor | None) -> torch.device:
         """Where this stage computes: its parameters', else the batch's, else the backend's default."""
@@ -289,17 +336,17 @@ class PipelineStage:
             work.wait()
         return buffer
 
-    def _input_buffer(self, action: Action | None, stash, act_meta, device) -> torch.Tensor | None:
+    def _input_buffer(self, action: Action | None, step: _StepState) -> torch.Tensor | None:
         """Where ``action``'s input from a neighbour lands: an activation from stage - 1 for a forward
         (not on stage 0, nor before the header told its shape), a gradient from stage + 1 for a
         backward (not on the last stage)."""
         if action is None:
             return None
         if action.kind == "F":
-            if self.prev_rank is None or act_meta is None:
+            if self.prev_rank is None or step.act_meta is None:
                 return None
-            return torch.empty(act_meta[0], dtype=act_meta[1], device=device)
-        return torch.empty_like(stash[action.microbatch][1]) if self.next_rank is not None else None
+            return torch.empty(step.act_meta[0], dtype=step.act_meta[1], device=step.device)
+        return torch.empty_like(step.stash[action.microbatch][1]) if self.next_rank is not None else None
 
     def _record(self, action: Action, t_start: float, device: torch.device) -> None:
         if device.type == "cuda":  # kernels are asynchronous: wait so the timeline shows real work
