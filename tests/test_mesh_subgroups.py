@@ -239,7 +239,8 @@ def tp_module_rank(ctx, kind):
         inp = x.chunk(2, 0)[me] if kind == "mlp-sp" else x
         y = layer(inp)
         y.square().sum().backward()
-    return {"y": y.detach(), "grad": x.grad, "events": rec.events}
+    grad = x.grad.chunk(2, 0)[me] if kind == "mlp-sp" else x.grad  # sequence parallel: this rank's rows
+    return {"y": y.detach(), "grad": grad, "events": rec.events}
 
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=getattr(pytest.mark, t)) for k, t in TP_MODULES.items()])

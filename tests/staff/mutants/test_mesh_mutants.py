@@ -19,6 +19,7 @@ TRAIN = f"{SUITE}::test_mesh_training_matches_one_process_on_the_whole_batch[w4-
 TRAFFIC = f"{SUITE}::test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts[w4]"
 ZERO = f"{SUITE}::test_mesh_training_with_zero_over_dp_matches_one_process[w4-1]"
 PLAN = "tests/test_accounting_mesh.py"
+SUBGROUPS = "tests/test_mesh_subgroups.py"
 
 # mutant package -> (the test that must fail, at world size 4; text the failure must show)
 MUTANTS = {
@@ -33,6 +34,12 @@ MUTANTS = {
     "mesh_tp_on_world": (TRAFFIC, "calls outside the tp/dp slices"),
     "mesh_pipeline_across_dp": (TRAIN, "trainer_rank failed"),  # PipelineStage refuses the wrong group
     "mesh_zero_on_world": (ZERO, "zero 1"),
+    "mesh_subgroup_ddp_broadcast_from_rank_0": (
+        f"{SUBGROUPS}::test_ddp_on_a_subgroup_broadcasts_from_its_first_rank_and_averages_over_its_size[w4-bucketed]",
+        "Global rank 0 is not part of group"),
+    "mesh_subgroup_fsdp_average_by_world": (
+        f"{SUBGROUPS}::test_zero_on_a_subgroup_steps_like_one_process_on_the_groups_batch[w4-fsdp]",
+        "fsdp, fc1.weight after one step on [0, 2]"),
     "accounting_planner_tp_across_nodes": (f"{PLAN}::test_planner_keeps_tp_inside_a_node_and_grows_pp_across_nodes",
                                            "TP crosses nodes"),
     "accounting_planner_activations_of_one_microbatch": (
