@@ -35,9 +35,7 @@ METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is com
 
 
 def build(method: str, impl: str, model, lr: float):
-    """(module to call, optimizer, whether the caller averages grads) for one method."""
-    if method == "unsharded":
-        return model, torch.optim.AdamW(model.parameters(), lr=lr), True
+    """(module to call, optimizer, whether the caller averages grads) for one method but "unsharded"."""
     if method == "fsdp":
         wrapped = load_impl(impl, "fsdp").FSDP(model)
         return wrapped, torch.optim.AdamW(wrapped.parameters(), lr=lr), False

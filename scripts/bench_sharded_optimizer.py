@@ -36,9 +36,7 @@ METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is com
 
 
 def build(method: str, impl: str, model, lr: float):
-    """(module to call, optimizer, whether the caller averages grads) for one method."""
-    if method == "unsharded":
-        return model, torch.optim.AdamW(model.parameters(), lr=lr), True
+    """(module to call, optimizer, whether the caller averages grads) for one method but "unsharded"."""
     if method == "torch_zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
 

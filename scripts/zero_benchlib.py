@@ -2,7 +2,8 @@
 under a list of methods, measure the bytes each rank holds after a step, and compare them with the formula.
 
 A benchmark gives ``run`` its methods: ``{name: (ZeRO stage, counterpart or None)}`` and a module-level
-``build(method, impl, model, lr) -> (module to call, optimizer, whether the caller averages grads)``.
+``build(method, impl, model, lr) -> (module to call, optimizer, whether the caller averages grads)``; the
+baseline every benchmark shares, "unsharded" (DDP's memory: stage 0), is built here.
 Every rank trains the same model on the same batch; after each step (before zero_grad) it counts the bytes
 of parameter, gradient and optimizer-state storage it holds (DTensors count their local shard only).
 """
@@ -77,7 +78,10 @@ def bench_rank(rank, world_size, device, build, methods, impl, layers, d_model, 
         model = DeepMLP(layers, d_model, d_ff).to(device)
         x = torch.randn(batch, d_model, device=device)  # same seed: every rank gets the same batch
         try:
-            module, opt, average = build(method, impl, model, lr)
+            if method == "unsharded":  # all-reduce the grads, plain AdamW on every rank
+                module, opt, average = model, torch.optim.AdamW(model.parameters(), lr=lr), True
+            else:
+                module, opt, average = build(method, impl, model, lr)
             times = []
             for _ in range(steps + 1):  # the first step allocates state: not timed
                 opt.zero_grad()
