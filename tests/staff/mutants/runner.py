@@ -52,22 +52,27 @@ def run_suite(impl: str, *selection: str, world_sizes: str = "2", deadline: floa
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
 
 
-def assert_killed(mutant: Mutant, suite: str, *, names: tuple[str, ...] = (), deadline: float = 10,
-                  within: float = 120) -> SuiteRun:  # fmt: skip
-    """The mutant's slice of ``suite`` must FAIL (pytest exit code 1, not an error or a pass) within
-    ``within`` seconds, its output must contain ``mutant.expect`` and, when ``names`` is given, one of
-    ``names`` (where it went wrong: "rank ", "stage"...)."""
+def assert_mutant_killed(impl: str, *selection: str, expect: str, names: tuple[str, ...] = (), within: float = 120,
+                         **kw) -> SuiteRun:  # fmt: skip
+    """The selected tests must FAIL against ``impl`` (pytest exit code 1, not an error or a pass), within
+    ``within`` seconds; the output must contain ``expect`` (the teaching part) and, when ``names`` is
+    given, one of ``names`` (where it went wrong: "rank ", "stage"...). ``kw`` goes to ``run_suite``."""
     __tracebackhide__ = True
-    if mutant.select.startswith("::"):
-        selection = (suite + mutant.select,)
-    else:
-        selection = (suite, "-k", mutant.select)
-    impl = f"tests.staff.mutants.{mutant.package}"
-    run = run_suite(impl, *selection, world_sizes=mutant.world_sizes, deadline=deadline)
+    run = run_suite(impl, *selection, **kw)
     tail = run.output[-3000:]
     assert run.returncode == 1, f"mutant {impl} survived or broke the run (exit {run.returncode}):\n{tail}"
     assert run.seconds < within, f"mutant {impl} took {run.seconds:.0f} s to be caught (limit {within} s)"
-    assert mutant.expect in run.output, f"mutant {impl} was caught but the output lacks {mutant.expect!r}:\n{tail}"
+    assert expect in run.output, f"mutant {impl} was caught but the output lacks {expect!r}:\n{tail}"
     if names:
         assert any(n in run.output for n in names), f"mutant {impl}: the failure does not say where ({names}):\n{tail}"
     return run
+
+
+def assert_killed(mutant: Mutant, suite: str, *, names: tuple[str, ...] = (), deadline: float = 10,
+                  within: float = 120) -> SuiteRun:  # fmt: skip
+    """``mutant``'s slice of ``suite`` must fail on it: ``assert_mutant_killed`` with the row's selection."""
+    __tracebackhide__ = True
+    selection = (suite + mutant.select,) if mutant.select.startswith("::") else (suite, "-k", mutant.select)
+    impl = f"tests.staff.mutants.{mutant.package}"
+    return assert_mutant_killed(impl, *selection, expect=mutant.expect, names=names, within=within,
+                                world_sizes=mutant.world_sizes, deadline=deadline)  # fmt: skip
