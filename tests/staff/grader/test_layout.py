@@ -57,13 +57,14 @@ def test_the_grading_machine_gets_the_hidden_tests_but_not_the_reference_or_what
     assert set(PLUGIN_FILES) <= set(files), "the grading plugin's files must be in the sandbox"
 
 
-def test_every_part_module_is_graded_under_its_own_name():
-    """PART_MODULES lists exactly the stub modules, and each has a rubric entry of the same name with its tests."""
+def test_part_modules_are_the_stubs_and_rubric_entries_are_named_after_them():
+    """PART_MODULES lists exactly the stub modules; each rubric entry is one of them, in order, grading its tests."""
     stubs = {p.stem for p in (ROOT / "cs336_systems").glob("*.py")} - GIVEN_HELPERS
     assert set(PART_MODULES) == stubs, f"scripts/make_submission.py PART_MODULES {PART_MODULES} != stubs {stubs}"
     rubric = load_rubric()
-    assert list(rubric.parts) == list(PART_MODULES), "rubric entries must be the part modules, in part order"
-    for module in PART_MODULES:
+    graded = [m for m in PART_MODULES if m in rubric.parts]
+    assert list(rubric.parts) == graded, f"rubric entries {list(rubric.parts)} must be part modules, in part order"
+    for module in graded:
         part, pool = rubric.part_of(f"tests/test_{module}.py") or (None, None)
         assert part is not None and part.name == module and pool == "public", f"tests/test_{module}.py -> {part}"
         assert rubric.part_of(f"tests/staff/hidden/test_{module}_hidden.py")[0].name == module
