@@ -191,20 +191,27 @@ def _check_moe(outs, dense: MoE, xs, gs, what: str) -> None:
     L = E // W
     y, x_grad, router_grads, aux, graded = _dense_runs(dense, xs, gs)
     n = y.shape[0] // W
-    for r, out in enumerate(outs):
-        where = f"rank {r} of {W}, {what}"
-        assert_close(out["y"], y[r * n : (r + 1) * n].view(*TOKENS, D), what=f"{where}: output (rows of rank {r})")
-        assert_close(out["aux"], aux[r], what=f"{where}: aux_loss (of this rank's tokens)")
-        assert_close(out["x_grad"], x_grad[r * n : (r + 1) * n].view(*TOKENS, D), what=f"{where}: gradient of x")
+    wheres = [f"rank {r} of {W}, {what}" for r in range(W)]
+    for r, out in enumerate(outs):  # first where things live: a misplaced expert explains everything else
+        where = wheres[r]
         assert_close(out["router"], dense.router.weight, what=f"{where}: router weight (replicated)")
-        assert_close(out["router_grad"], router_grads[r], what=f"{where}: router grad (this rank's tokens' loss)")
         assert out["first_expert"] == r * L, f"{where}: first_expert is {out['first_expert']}, expected {r * L}"
         assert len(out["experts"]) == L, f"{where}: holds {len(out['experts'])} experts, expected E/W = {L}"
-        for i in range(L):
-            e = r * L + i
+        for i, e in enumerate(range(r * L, (r + 1) * L)):
             for name, p in dense.experts[e].named_parameters():
                 assert_close(out["experts"][i][name], p, what=f"{where}: experts[{i}].{name} (must be expert {e})")
-                assert_close(out["expert_grads"][i][name], graded.experts[e].get_parameter(name).grad,
+    for r, out in enumerate(outs):  # then forward, on every rank, before any gradient
+        rows = slice(r * n, (r + 1) * n)
+        assert_close(out["y"], y[rows].view(*TOKENS, D), what=f"{wheres[r]}: output (rows of rank {r})")
+        assert_close(out["aux"], aux[r], what=f"{wheres[r]}: aux_loss (of this rank's tokens)")
+    for r, out in enumerate(outs):
+        where, rows = wheres[r], slice(r * n, (r + 1) * n)
+        assert_close(out["x_grad"], x_grad[rows].view(*TOKENS, D), what=f"{where}: gradient of x")
+        assert_close(out["router_grad"], router_grads[r], what=f"{where}: router grad (this rank's tokens' loss)")
+        for i in range(L):
+            e = r * L + i
+            for name, p in graded.experts[e].named_parameters():
+                assert_close(out["expert_grads"][i][name], p.grad,
                              what=f"{where}: experts[{i}].{name}.grad (expert {e}, every rank's tokens)")  # fmt: skip
 
 

@@ -1,0 +1,1 @@
+"""Mutant: dropped assignments are still dispatched and combined instead of contributing zero."""
