@@ -284,7 +284,8 @@ def all_reduce(
     it (the fold in). Group ranks 0..p-1 then, in step k = 0, 1, ..., log2(p) - 1, exchange their
     whole partial sum with group rank ``me XOR 2**k`` and add what they receive: after step k each
     holds the sum over its block of 2**(k+1) ranks. Last, group rank i sends the result to group
-    rank p + i (the fold out). log2(p) steps, 2 more with a fold, each moving all M bytes.
+    rank p + i (the fold out). log2(p) steps, 2 more with a fold, each moving all M bytes (in one
+    message up to 64 KiB; larger tensors may go in pieces).
     ``"avg"`` divides once, after the last exchange step (the extra ranks receive the average).
 
     ``algorithm="auto"`` (Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this

@@ -73,12 +73,15 @@ def doubling_peers(n: int, me: int) -> tuple[list[int], list[int]]:
     return exchanges + fold, fold + exchanges
 
 
-def _steps(events, kinds) -> list[tuple[int, int]]:
-    """(peer, bytes) per step: consecutive messages to the same peer are one step cut into segments."""
+SEGMENTS_FROM = 64 << 10  # bytes: a smaller step is one message (at two ranks the ring's halves would look alike)
+
+
+def _steps(events, kinds, num_bytes: int) -> list[tuple[int, int]]:
+    """(peer, bytes) per step: for large tensors consecutive messages to one peer are one step cut into segments."""
     steps: list[list[int]] = []
     for e in calls(events):
         if e.op in kinds:
-            if steps and steps[-1][0] == e.peer:
+            if steps and steps[-1][0] == e.peer and num_bytes > SEGMENTS_FROM:
                 steps[-1][1] += e.nbytes
             else:
                 steps.append([e.peer, e.nbytes])
@@ -105,7 +108,7 @@ def assert_recursive_doubling(events, members: list[int], rank: int, num_bytes: 
     want_sends = [(members[q], num_bytes) for q in send_to]
     want_recvs = [(members[q], num_bytes) for q in recv_from]
     log = format_events(events)
-    got_sends, got_recvs = _steps(events, ("send", "isend")), _steps(events, ("recv", "irecv"))
+    got_sends, got_recvs = _steps(events, ("send", "isend"), num_bytes), _steps(events, ("recv", "irecv"), num_bytes)
     assert got_sends == want_sends, (
         f"{what}: recursive doubling at group position {me} of {n} sends, step by step, (peer, bytes) = "
         f"{want_sends} (fold out last; partner = position XOR 2**k), but sent {got_sends}:\n{log}"
