@@ -211,3 +211,57 @@ def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parall
     if sequence_parallel:
         return sbh / t * (34 + 5 * a * s / h)
     return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 8.4: expert parallelism
+# One MoE layer's all-to-all traffic and its experts' memory per rank (handouts/08-expert-parallel.md).
+# ---------------------------------------------------------------------------------------------
+
+__all__ += ["moe_all_to_all_bytes", "expert_parameter_bytes_per_rank"]
+
+
+def moe_all_to_all_bytes(tokens, d_model, top_k, world_size, bytes_per_element=2) -> float:
+    """Bytes one rank sends to *other* ranks for one MoE layer in one training step (forward and
+    backward), under expert parallelism over ``world_size`` ranks, with even routing and no drops.
+
+    Each of the rank's ``tokens`` tokens goes to ``top_k`` experts, so every exchange moves
+    tokens * top_k rows of ``d_model`` values; a step makes four (dispatch and combine in forward,
+    their reverses in backward), and with even routing (W - 1)/W of each leaves the rank:
+        4 * tokens * top_k * d_model * (W - 1) / W * bytes_per_element
+    Example: 4096 tokens, d_model 4096, top-2, W = 8, bf16: 4 * 4096 * 2 * 4096 * 7/8 * 2 = 234.9e6.
+
+    Raises ``TypeError`` for a non-number (non-int for d_model, top_k, world_size) and
+    ``ValueError`` for a negative ``tokens``/``bytes_per_element`` or a count < 1, naming the argument.
+    """
+    n = _count(tokens, "tokens")
+    d = _count(d_model, "d_model", minimum=1, integer=True)
+    k = _count(top_k, "top_k", minimum=1, integer=True)
+    w = _count(world_size, "world_size", minimum=1, integer=True)
+    b = _count(bytes_per_element, "bytes_per_element")
+    return 4 * n * k * d * (w - 1) / w * b
+
+
+def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, bytes_per_param=2, bias=True) -> float:
+    """Bytes of expert parameters on each of ``world_size`` expert-parallel ranks.
+
+    Every expert is a ``models.MLP``: fc1 (d_ff, d_model) + bias (d_ff,), fc2 (d_model, d_ff) + bias
+    (d_model,). A rank holds num_experts / world_size whole experts:
+        num_experts / W * (2 * d_model * d_ff + d_ff + d_model) * bytes_per_param
+    (without biases: 2 * d_model * d_ff per expert). The replicated router (d_model * num_experts)
+    is not included. Use bytes_per_param = 16 for the model states of mixed-precision Adam.
+
+    Raises ``TypeError`` for a non-int count or a non-bool ``bias``, and ``ValueError`` for a count
+    < 1, a negative ``bytes_per_param`` or ``num_experts`` not divisible by ``world_size``, naming the
+    argument.
+    """
+    d = _count(d_model, "d_model", minimum=1, integer=True)
+    f = _count(d_ff, "d_ff", minimum=1, integer=True)
+    e = _count(num_experts, "num_experts", minimum=1, integer=True)
+    w = _count(world_size, "world_size", minimum=1, integer=True)
+    b = _count(bytes_per_param, "bytes_per_param")
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+    if e % w != 0:
+        raise ValueError(f"num_experts ({e}) must be divisible by world_size ({w}): each rank holds whole experts")
+    return e // w * (2 * d * f + (f + d if bias else 0)) * b
