@@ -52,5 +52,6 @@ MUTANTS = {
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_the_suite_kills_the_mutant(mutant):
+    """The selected slice of the suite fails on this mutant, quickly, with a message that teaches."""
     selection, expect = MUTANTS[mutant]
     assert_mutant_killed(f"tests.staff.mutants.{mutant}", selection, world_sizes="4", expect=expect, deadline=20)
