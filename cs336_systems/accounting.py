@@ -190,3 +190,69 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
     """
 
     raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 9.4: context parallelism
+# Ring attention's activations, bytes and overlap bound per rank (handouts/09-context-parallel.md).
+# ---------------------------------------------------------------------------------------------
+
+__all__ += ["context_parallel_activation_memory_per_layer", "ring_attention_bytes_per_rank",
+            "ring_attention_min_block_tokens"]  # fmt: skip
+
+
+def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, tp=1) -> float:
+    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU, with
+    context parallelism over ``cp`` ranks and tensor + sequence parallelism over ``tp`` ranks.
+
+    Every activation is split along the sequence by c = cp (and by t = tp as in Part 6's sequence
+    parallelism), and ring attention keeps no s x s score matrix (backward recomputes each block's
+    probabilities from the saved log-sum-exp), so Part 6's 5as/h term is gone:
+        34 * s * b * h / (t * c)
+    (the log-sum-exp, s*b*a/(t*c) floats, is left out). Example: s = 131072, b = 1, h = 8192, a = 64,
+    cp = 8, tp = 8: 34 * 131072 * 8192 / 64 = 570_425_344 bytes.
+
+    Raises ``TypeError`` for a non-int count and ``ValueError`` for a count < 1, ``seq`` not divisible
+    by ``cp`` or ``heads`` not divisible by ``tp``, naming the argument.
+    """
+
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
+
+
+def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_element=2,
+                                  grad_bytes_per_element=4) -> float:  # fmt: skip
+    """Bytes one rank sends for one attention layer in one training step (forward and backward) of
+    ring attention over ``cp`` ranks.
+
+    A key block and a value block each hold B = batch * kv_heads * (seq / c) * head_dim values.
+    Forward: c - 1 hops of both blocks. Backward: c - 1 hops again, plus c hops of their gradients
+    (accumulated in float32: ``grad_bytes_per_element``), the last one bringing each block's
+    gradient home:
+        2 * B * ((2c - 2) * e + c * g)          (0 when c = 1)
+    Example: seq 32768, batch 1, 8 key/value heads of 128, cp = 8, bf16 with float32 gradients:
+    B = 4_194_304, 2 * B * (14 * 2 + 8 * 4) = 503_316_480 bytes.
+
+    Raises ``TypeError`` for a non-int count (non-number for the byte sizes) and ``ValueError`` for a
+    count < 1, a negative byte size or ``seq`` not divisible by ``cp``, naming the argument.
+    """
+
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
+
+
+def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per_second, bytes_per_element=2,
+                                    causal=False) -> float:  # fmt: skip
+    """Tokens per rank (c = s / cp) from which a ring hop hides behind its step's compute.
+
+    One step attends c queries to c keys: 4 * b * a * c^2 * d FLOPs (q.k^T and p.v, 2 FLOPs per
+    multiply-add; a causal zigzag block computes half of that) while the hop moves a key and a value
+    block, 2 * b * g * c * d * e bytes. Compute time >= transfer time when
+        c >= (g / a) * e * F / (2 * W)              (twice that with ``causal``)
+    with a = heads, g = kv_heads, F = flops_per_second, W = bytes_per_second, e = bytes_per_element.
+    Example: H100 bf16 (F = 989e12), a = g, one 400 Gb/s NIC (W = 50e9): 19_780 tokens.
+
+    Raises ``TypeError`` for a non-number (non-int head count, non-bool ``causal``) and ``ValueError``
+    for a head count < 1, ``heads`` not divisible by ``kv_heads``, or a rate that is not > 0, naming
+    the argument.
+    """
+
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
