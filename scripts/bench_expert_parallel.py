@@ -134,7 +134,7 @@ def main() -> None:
     parser.add_argument("--d-ff", type=int, default=256)
     parser.add_argument("--experts", type=int, default=8, help="number of experts; divisible by every EP size")
     parser.add_argument("--top-k", type=int, default=2)
-    parser.add_argument("--skews", default="0,0.05,0.1,0.2", help="router pushes toward expert 0 (0 = even)")
+    parser.add_argument("--skews", default="0,0.1,0.2,0.5", help="router pushes toward expert 0 (0 = even)")
     parser.add_argument("--iters", type=int, default=5)
     args = parser.parse_args()
     kwargs = dict(impl=args.impl, tokens=args.tokens, d_model=args.d_model, d_ff=args.d_ff, experts=args.experts,
