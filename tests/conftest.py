@@ -21,12 +21,15 @@ from tests.harness.config import CONFIG
 
 # Task markers follow the handouts' numbering: part p, task t -> task{p}_{t}. One line per part.
 TASKS = {
-    1: 6,  # collectives: broadcast, reduce, all_gather, reduce_scatter, all_reduce, all_to_all
+    1: 7,  # collectives: broadcast, reduce, all_gather, reduce_scatter, all_reduce, all_to_all, algorithms
     2: 4,  # DDP: naive, flat, per-parameter overlap, bucketed
     3: 3,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp)
     4: 5,  # TP: conjugate functions, column, row, MLP, sequence parallel
     5: 3,  # pipeline: stages, schedules, train_step
     6: 4,  # accounting: memory, communication and bubbles, FLOPs and MFU, activations
+    7: 5,  # mesh: ProcessMesh, HSDP, composed training, placement and planning, pick-the-scheme
+    8: 4,  # expert parallelism: all_to_all_tokens, ExpertParallelMoE, EP x DP gradients, accounting
+    9: 4,  # context parallelism: shard/unshard, ring attention forward, backward, accounting
 }
 
 
