@@ -2,9 +2,9 @@
 
     pytest tests/staff/mutants/test_context_parallel_mutants.py -v        # staff only
 
-Each mutant is the reference with one edit (tests/staff/mutants/context_parallel_*/); the selected slice
-of tests/test_context_parallel.py (or of the hidden tests, where said) must fail on it at world size 2
-and show the text given here.
+Each mutant is the reference with one edit (tests/staff/mutants/context_parallel_*/ and the 9.4
+accounting one); the selected slice of tests/test_context_parallel.py (or of the file SUITE_OF names)
+must fail on it at world size 2 and show the text given here.
 """
 
 from __future__ import annotations
@@ -40,13 +40,19 @@ MUTANTS = [
     Mutant("context_parallel_no_validation", f"{BAD}[w2-forward-causal-not-bool]",
            "expected TypeError, but the call returned normally"),
     # Only the hidden sub-group test runs a ring on a group smaller than the world.
+    Mutant("accounting_ring_attention_forward_only",
+           "::test_context_parallel_accounting_gives_the_handouts_examples", "ring bytes, s=32k"),
     Mutant("context_parallel_world_ring", "::test_two_rings_on_sub_groups_keep_to_their_group",
            "is not part of group"),
 ]  # fmt: skip
-SUITE_OF = {"context_parallel_world_ring": HIDDEN}
+SUITE_OF = {
+    "context_parallel_world_ring": HIDDEN,
+    "accounting_ring_attention_forward_only": "tests/test_accounting_context_parallel.py",
+}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=str)
 def test_the_suite_kills_the_mutant(mutant):
     """The selected slice of the suite fails on this mutant, quickly, with a message that teaches."""
-    assert_killed(mutant, SUITE_OF.get(mutant.package, SUITE), names=("rank ",), deadline=15)
+    names = () if mutant.package.startswith("accounting") else ("rank ",)  # pure functions: no ranks to name
+    assert_killed(mutant, SUITE_OF.get(mutant.package, SUITE), names=names, deadline=15)
