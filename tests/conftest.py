@@ -25,7 +25,7 @@ TASKS = {
     2: 4,  # DDP: naive, flat, per-parameter overlap, bucketed
     3: 3,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp)
     4: 5,  # TP: conjugate functions, column, row, MLP, sequence parallel
-    5: 3,  # pipeline: stages, schedules, train_step
+    5: 6,  # pipeline: stages, schedules, train_step, interleaved 1F1B, ZB-H1, activation checkpointing
     6: 4,  # accounting: memory, communication and bubbles, FLOPs and MFU, activations
     7: 5,  # mesh: ProcessMesh, HSDP, composed training, placement and planning, pick-the-scheme
     8: 4,  # expert parallelism: all_to_all_tokens, ExpertParallelMoE, EP x DP gradients, accounting
