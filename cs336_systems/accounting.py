@@ -256,3 +256,53 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
     """
 
     raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.7: the alpha-beta model of all-reduce (handouts/01-collectives.md §1.7)
+# The ring against recursive doubling: modelled time, where they cross, alpha and beta fitted.
+# ---------------------------------------------------------------------------------------------
+
+__all__ += ["all_reduce_time", "all_reduce_crossover_bytes", "fit_alpha_beta"]
+
+
+def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
+    """Modelled seconds of an all-reduce of ``num_bytes`` over ``world_size`` ranks (the alpha-beta model).
+
+    ``alpha`` is seconds per message (latency), ``beta`` seconds per byte (1 / bandwidth); with
+    M = num_bytes, N = world_size and p = 2**floor(log2 N):
+        "ring"                 2(N-1) * alpha + 2(N-1)/N * M * beta
+        "recursive_doubling"   s * (alpha + M * beta),  s = log2 p, plus 2 if N != p (fold in and out)
+    Both are 0 for N = 1. Raises ``ValueError`` for another ``algorithm``, a negative ``num_bytes``,
+    ``alpha`` or ``beta``, or ``world_size < 1``, and ``TypeError`` for a non-integer ``world_size``,
+    naming the argument.
+    """
+
+    raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")
+
+
+def all_reduce_crossover_bytes(world_size, alpha, beta) -> float | None:
+    """The message size M* above which the ring is modelled faster than recursive doubling.
+
+    Equal times give (2(N-1) - s) * alpha = (s - 2(N-1)/N) * M* * beta, so
+        M* = (2(N-1) - s) * alpha / ((s - 2(N-1)/N) * beta)        (N = 4: M* = 8 alpha / beta)
+    Returns ``None`` when recursive doubling is never slower: N <= 2 (the same bytes in fewer
+    messages) or ``beta == 0``. Raises like ``all_reduce_time``.
+    """
+
+    raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")
+
+
+def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, float]:
+    """The (alpha, beta) that best explain measured all-reduce times over ``world_size`` ranks.
+
+    Measurement i took ``seconds[i]`` for ``num_bytes[i]`` bytes with ``algorithms[i]`` ("ring" or
+    "recursive_doubling"); the model says a_i * alpha + b_i * beta (a_i messages and b_i bytes on
+    the critical path, as in ``all_reduce_time``). Least squares on the relative error,
+        minimise  sum_i ((a_i * alpha + b_i * beta - t_i) / t_i) ** 2,   alpha, beta >= 0,
+    so that a 4 KiB and a 64 MiB message weigh alike. Raises ``ValueError`` naming the argument
+    when the three sequences differ in length or hold fewer than two measurements, a time is <= 0,
+    or ``world_size`` is below 2 (every modelled time is 0 there).
+    """
+
+    raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")

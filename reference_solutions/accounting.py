@@ -362,3 +362,104 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
         if value <= 0:
             raise ValueError(f"{name} must be > 0, got {value}")
     return (g / a) * e * f / (2 * w) * (2 if causal else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 1.7: the alpha-beta model of all-reduce (handouts/01-collectives.md §1.7)
+# The ring against recursive doubling: modelled time, where they cross, alpha and beta fitted.
+# ---------------------------------------------------------------------------------------------
+
+__all__ += ["all_reduce_time", "all_reduce_crossover_bytes", "fit_alpha_beta"]
+
+
+def _doubling_steps(world_size: int) -> int:
+    """Recursive doubling's steps: log2 p exchanges (p = 2**floor(log2 N)), + the fold in and out."""
+    p = 1 << (world_size.bit_length() - 1)
+    return (p.bit_length() - 1) + (2 if world_size != p else 0)
+
+
+def _path(num_bytes, world_size: int, algorithm: str) -> tuple[float, float]:
+    """(messages, bytes) on the critical path: the model's time is messages * alpha + bytes * beta."""
+    n = world_size
+    if algorithm == "ring":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n * num_bytes
+    if algorithm == "recursive_doubling":
+        s = _doubling_steps(n)
+        return float(s), float(s * num_bytes)
+    raise ValueError(f'algorithm must be "ring" or "recursive_doubling", got {algorithm!r}')
+
+
+def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
+    """Modelled seconds of an all-reduce of ``num_bytes`` over ``world_size`` ranks (the alpha-beta model).
+
+    ``alpha`` is seconds per message (latency), ``beta`` seconds per byte (1 / bandwidth); with
+    M = num_bytes, N = world_size and p = 2**floor(log2 N):
+        "ring"                 2(N-1) * alpha + 2(N-1)/N * M * beta
+        "recursive_doubling"   s * (alpha + M * beta),  s = log2 p, plus 2 if N != p (fold in and out)
+    Both are 0 for N = 1. Raises ``ValueError`` for another ``algorithm``, a negative ``num_bytes``,
+    ``alpha`` or ``beta``, or ``world_size < 1``, and ``TypeError`` for a non-integer ``world_size``,
+    naming the argument.
+    """
+    num_bytes = _count(num_bytes, "num_bytes")
+    world_size = _count(world_size, "world_size", minimum=1, integer=True)
+    alpha, beta = _count(alpha, "alpha"), _count(beta, "beta")
+    messages, nbytes = _path(num_bytes, world_size, algorithm)
+    return messages * alpha + nbytes * beta
+
+
+def all_reduce_crossover_bytes(world_size, alpha, beta) -> float | None:
+    """The message size M* above which the ring is modelled faster than recursive doubling.
+
+    Equal times give (2(N-1) - s) * alpha = (s - 2(N-1)/N) * M* * beta, so
+        M* = (2(N-1) - s) * alpha / ((s - 2(N-1)/N) * beta)        (N = 4: M* = 8 alpha / beta)
+    Returns ``None`` when recursive doubling is never slower: N <= 2 (the same bytes in fewer
+    messages) or ``beta == 0``. Raises like ``all_reduce_time``.
+    """
+    n = _count(world_size, "world_size", minimum=1, integer=True)
+    alpha, beta = _count(alpha, "alpha"), _count(beta, "beta")
+    s, ring_share = _doubling_steps(n), 2 * (n - 1) / n
+    if n <= 2 or beta == 0:
+        return None
+    return (2 * (n - 1) - s) * alpha / ((s - ring_share) * beta)
+
+
+def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, float]:
+    """The (alpha, beta) that best explain measured all-reduce times over ``world_size`` ranks.
+
+    Measurement i took ``seconds[i]`` for ``num_bytes[i]`` bytes with ``algorithms[i]`` ("ring" or
+    "recursive_doubling"); the model says a_i * alpha + b_i * beta (a_i messages and b_i bytes on
+    the critical path, as in ``all_reduce_time``). Least squares on the relative error,
+        minimise  sum_i ((a_i * alpha + b_i * beta - t_i) / t_i) ** 2,   alpha, beta >= 0,
+    so that a 4 KiB and a 64 MiB message weigh alike. Raises ``ValueError`` naming the argument
+    when the three sequences differ in length or hold fewer than two measurements, a time is <= 0,
+    or ``world_size`` is below 2 (every modelled time is 0 there).
+    """
+    world_size = _count(world_size, "world_size", minimum=2, integer=True)
+    if not len(num_bytes) == len(seconds) == len(algorithms):
+        raise ValueError(f"num_bytes, seconds and algorithms must have the same length, got "
+                         f"{len(num_bytes)}, {len(seconds)} and {len(algorithms)}")  # fmt: skip
+    if len(seconds) < 2:
+        raise ValueError(f"seconds must hold at least two measurements to fit two numbers, got {len(seconds)}")
+    rows = []  # (a_i / t_i, b_i / t_i): the relative residual is a*alpha + b*beta - 1
+    for m, t, algorithm in zip(num_bytes, seconds, algorithms):
+        if _count(t, "seconds") <= 0:
+            raise ValueError(f"seconds must be > 0, got {t!r}")
+        a, b = _path(_count(m, "num_bytes"), world_size, algorithm)
+        rows.append((a / t, b / t))
+    saa = sum(a * a for a, _ in rows)
+    sab = sum(a * b for a, b in rows)
+    sbb = sum(b * b for _, b in rows)
+    sa, sb = sum(a for a, _ in rows), sum(b for _, b in rows)
+    det = saa * sbb - sab * sab
+    if det > 1e-12 * saa * sbb:  # the normal equations of the 2-parameter least squares
+        alpha, beta = (sa * sbb - sb * sab) / det, (saa * sb - sab * sa) / det
+        if alpha >= 0 and beta >= 0:
+            return alpha, beta
+    # The unconstrained optimum is outside alpha, beta >= 0 (or the sizes cannot separate them):
+    # the best fit with one of the two at zero.
+    only_alpha, only_beta = (sa / saa, 0.0), (0.0, sb / sbb if sbb else 0.0)
+
+    def loss(fit):
+        return sum((a * fit[0] + b * fit[1] - 1) ** 2 for a, b in rows)
+
+    return min(only_alpha, only_beta, key=loss)

@@ -317,6 +317,93 @@ def test_every_algorithm_works_inside_a_subgroup(world_size, algorithm):
             assert_ring(events, members, rank, 20, what)
 
 
+# -- the alpha-beta model in accounting.py: time, crossover, fit ---------------------------------------
+
+
+def accounting_rank(ctx, calls):
+    """Evaluate ``[(function name, args), ...]`` on the implementation's accounting module."""
+    accounting = ctx.load("accounting")
+    return [getattr(accounting, name)(*args) for name, args in calls]
+
+
+def _relative_loss(rows, alpha: float, beta: float) -> float:
+    """Sum of squared relative errors of the model over (num_bytes, seconds, algorithm, world_size) rows."""
+    return sum((modelled_times(m, n, alpha, beta)[a] - t) ** 2 / t**2 for m, t, a, n in rows)
+
+
+def test_all_reduce_time_is_the_alpha_beta_model():
+    """``all_reduce_time``: 2(N-1)a + 2(N-1)/N Mb for the ring, s(a + Mb) for recursive doubling (with the fold)."""
+    grid = [(m, n, a, 5e-6, 1e-10) for m in (0, 4096, 1 << 26) for n in range(1, 9)
+            for a in ("ring", "recursive_doubling")]  # fmt: skip
+    got = run_ranks(1, accounting_rank, [("all_reduce_time", g) for g in grid])[0]
+    for (m, n, a, alpha, beta), t in zip(grid, got):
+        want = modelled_times(m, n, alpha, beta)[a]
+        assert t == pytest.approx(want, rel=1e-9, abs=1e-15), (
+            f"all_reduce_time({m}, {n}, {a!r}, alpha={alpha}, beta={beta}) = {t!r}; the model gives {want!r} "
+            f"({doubling_steps(n)} steps for recursive doubling at N = {n})"
+        )
+
+
+def test_the_crossover_is_where_the_modelled_times_meet():
+    """``all_reduce_crossover_bytes`` is the size where both modelled times are equal; None at N <= 2."""
+    grid = [(n, alpha, beta) for n in range(1, 9) for alpha, beta in [(5e-6, 1e-11), (2e-4, 1e-9)]]
+    got = run_ranks(1, accounting_rank, [("all_reduce_crossover_bytes", g) for g in grid])[0]
+    for (n, alpha, beta), cross in zip(grid, got):
+        what = f"all_reduce_crossover_bytes({n}, alpha={alpha}, beta={beta})"
+        if n <= 2:
+            assert cross is None, f"{what} = {cross!r}: at N <= 2 recursive doubling is never slower, expected None"
+            continue
+        assert cross == pytest.approx(crossover_bytes(n, alpha, beta), rel=1e-9), (
+            f"{what} = {cross!r}; the times meet at {crossover_bytes(n, alpha, beta)!r} bytes"
+        )
+
+
+def _measurements(alpha: float, beta: float, n: int, noise: list[float]) -> list[tuple[int, float, str, int]]:
+    """(num_bytes, seconds, algorithm, world_size) from the model, each time multiplied by a noise factor."""
+    sizes = [4 << (2 * k) for k in range(5, 13)]  # 4 KiB .. 64 MiB
+    rows = [(m, a) for m in sizes for a in ("ring", "recursive_doubling")]
+    return [(m, modelled_times(m, n, alpha, beta)[a] * f, a, n) for (m, a), f in zip(rows, noise * len(rows))]
+
+
+@pytest.mark.parametrize("noisy", [False, True], ids=["exact", "noisy"])
+def test_fit_alpha_beta_minimises_the_relative_error(noisy):
+    """``fit_alpha_beta`` recovers alpha and beta from exact times, and on noisy times no nearby (alpha, beta) >= 0
+    has a smaller sum of squared relative errors."""
+    alpha, beta, n = 3e-4, 2e-9, 4
+    rows = _measurements(alpha, beta, n, [1.25, 0.8, 1.1, 0.95, 1.3, 0.85, 1.0] if noisy else [1.0])
+    args = ([m for m, *_ in rows], [t for _, t, *_ in rows], [a for *_, a, _ in rows], n)
+    fit = run_ranks(1, accounting_rank, [("fit_alpha_beta", args)])[0][0]
+    assert isinstance(fit, tuple) and len(fit) == 2, f"fit_alpha_beta should return (alpha, beta), got {fit!r}"
+    got_alpha, got_beta = fit
+    assert got_alpha >= 0 and got_beta >= 0, f"fit_alpha_beta returned {fit!r}: alpha and beta must be >= 0"
+    if not noisy:
+        assert got_alpha == pytest.approx(alpha, rel=1e-6) and got_beta == pytest.approx(beta, rel=1e-6), (
+            f"fit_alpha_beta on exact model times returned {fit!r}, expected ({alpha}, {beta})"
+        )
+    best = _relative_loss(rows, got_alpha, got_beta)
+    for da, db in [(1.02, 1), (0.98, 1), (1, 1.02), (1, 0.98)]:
+        other = _relative_loss(rows, got_alpha * da, got_beta * db)
+        assert best <= other * (1 + 1e-9), (
+            f"fit_alpha_beta returned alpha={got_alpha:.4g}, beta={got_beta:.4g} with relative squared error "
+            f"{best:.4g}, but alpha*{da}, beta*{db} gives {other:.4g}: it does not minimise the relative error"
+        )
+
+
+def test_fit_alpha_beta_stays_non_negative_when_latency_is_hidden():
+    """Times that grow slower than the model at small sizes would fit a negative alpha; the fit clamps it to 0
+    and then minimises over beta alone."""
+    n = 4
+    rows = [(m, 2e-9 * m * (0.5 if m < 1 << 20 else 1.0), "ring", n) for m in [4 << (2 * k) for k in range(5, 13)]]
+    args = ([m for m, *_ in rows], [t for _, t, *_ in rows], [a for *_, a, _ in rows], n)
+    got_alpha, got_beta = run_ranks(1, accounting_rank, [("fit_alpha_beta", args)])[0][0]
+    assert got_alpha == 0 and got_beta > 0, f"expected alpha = 0 and beta > 0, got ({got_alpha!r}, {got_beta!r})"
+    best = _relative_loss(rows, 0.0, got_beta)
+    for db in (1.02, 0.98):
+        assert best <= _relative_loss(rows, 0.0, got_beta * db) * (1 + 1e-9), (
+            f"with alpha = 0, beta = {got_beta:.4g} is not the best fit (beta*{db} is better)"
+        )
+
+
 # -- bad input: a clear error on every rank, before any message ------------------------------------------
 
 BAD_INPUT = [
@@ -327,11 +414,27 @@ BAD_INPUT = [
              "ValueError", names="num_bytes", task="task1_7"),
     BadInput("choose-world_size-zero", lambda C, ctx: C.choose_all_reduce_algorithm(8, 0, alpha=1e-5, beta=1e-9),
              "ValueError", names="world_size", task="task1_7"),
+    # accounting.py: pure functions, run on one rank
+    BadInput("all_reduce_time-unknown-algorithm", lambda A, ctx: A.all_reduce_time(8, 4, "tree", 1e-5, 1e-9),
+             "ValueError", names="algorithm", task="task1_7"),
+    BadInput("all_reduce_time-negative-beta", lambda A, ctx: A.all_reduce_time(8, 4, "ring", 1e-5, -1e-9),
+             "ValueError", names="beta", task="task1_7"),
+    BadInput("fit_alpha_beta-lengths-differ", lambda A, ctx: A.fit_alpha_beta([8, 16], [1.0], ["ring", "ring"], 4),
+             "ValueError", names="num_bytes", task="task1_7"),
+    BadInput("fit_alpha_beta-one-measurement", lambda A, ctx: A.fit_alpha_beta([8], [1.0], ["ring"], 4),
+             "ValueError", names="seconds", task="task1_7"),
 ]  # fmt: skip
+IN_ACCOUNTING = ("all_reduce_time", "fit_alpha_beta")
 
 
 @pytest.mark.world_sizes(2, 4)
-@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+@pytest.mark.parametrize("case", bad_input_params([c for c in BAD_INPUT if not c.id.startswith(IN_ACCOUNTING)]))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     """A bad ``algorithm`` (or model input) raises ValueError naming it, on every rank, before any message."""
     assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "collectives", case, deadline=15), case)
+
+
+@pytest.mark.parametrize("case", bad_input_params([c for c in BAD_INPUT if c.id.startswith(IN_ACCOUNTING)]))
+def test_bad_model_input_raises_value_error_naming_the_argument(case):
+    """The model's functions reject an unknown algorithm, a negative beta and unusable measurements by name."""
+    assert_rejected_before_communicating(run_ranks(1, bad_input_rank, "accounting", case), case)
