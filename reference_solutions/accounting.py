@@ -463,3 +463,158 @@ def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, f
         return sum((a * fit[0] + b * fit[1] - 1) ** 2 for a, b in rows)
 
     return min(only_alpha, only_beta, key=loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 7.4: placement and planning (Part 7, handouts/07-mesh.md §7.4)
+# Memory and traffic of one (dp, tp, pp, ZeRO) configuration, and a planner that picks one.
+# ---------------------------------------------------------------------------------------------
+
+__all__ += ["parallel_memory_per_gpu", "communication_bytes_per_gpu", "plan_parallelism"]
+
+RECOMPUTE = ("none", "selective", "full")  # what recompute= may be
+
+
+def _layer_activations(seq, microbatch, hidden, heads, tp, recompute) -> float:
+    """Bytes one layer keeps for backward per GPU, sequence parallelism on (a no-op at tp = 1)."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    full = activation_memory_per_layer(seq, microbatch, hidden, heads, tp, sequence_parallel=True)
+    sbh_t = seq * microbatch * hidden / tp
+    return {"none": full, "selective": 34 * sbh_t, "full": 2 * sbh_t}[recompute]
+
+
+def _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches) -> tuple[int, int, int, int, int]:
+    dp, tp, pp = (_count(v, n, minimum=1, integer=True) for v, n in [(dp, "dp"), (tp, "tp"), (pp, "pp")])
+    zero_stage = _count(zero_stage, "zero_stage", integer=True)
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
+    return dp, tp, pp, zero_stage, _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
+
+
+def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
+                            num_microbatches, recompute="selective", expert_params=0, ep=1) -> float:  # fmt: skip
+    """Bytes per GPU of one (dp, tp, pp, ZeRO) configuration: model states plus activations.
+
+    Model states (mixed-precision Adam, 2 + 2 + 12 bytes per parameter): the dense parameters
+    (``num_params - expert_params``) are split ``tp * pp`` ways and the expert parameters of an MoE
+    ``ep * pp`` ways (experts are not tensor-parallel here); each piece's states are then sharded
+    over its data-parallel replicas by ZeRO ``zero_stage``:
+        zero_memory_per_gpu(dense / (tp * pp), dp, zero_stage)
+        + zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
+    (expert parallelism runs inside the dp axis, so ``dp`` must divide by ``ep``).
+    Activations (16-bit; sequence parallelism whenever tp > 1): one layer keeps
+        recompute="none"       activation_memory_per_layer(seq, microbatch, hidden, heads, tp, True)
+        recompute="selective"  34 * seq * microbatch * hidden / tp   (attention scores recomputed,
+                               as FlashAttention does: Korthikanti et al.'s selective recomputation)
+        recompute="full"       2 * seq * microbatch * hidden / tp    (only each layer's input kept)
+    and the first stage of a 1F1B pipeline holds ``ceil(num_layers / pp)`` layers for
+    ``min(pp, num_microbatches)`` microbatches at once (one when pp = 1). Embeddings, logits,
+    temporary buffers and fragmentation are not counted.
+
+    Example (Llama 3 405B: 126 layers, h = 16384, 128 heads, seq 8192, microbatch 1, TP 8, PP 16,
+    DP 128, ZeRO-2, 16 microbatches): 6.7e9 bytes of states + 73.0e9 of activations = 79.7e9.
+
+    Raises ``TypeError``/``ValueError`` as the functions above for bad counts (naming the
+    argument), and ``ValueError`` for an unknown ``recompute``, ``dp % ep != 0`` or
+    ``expert_params > num_params``.
+    """
+    dp, tp, pp, zero_stage, m = _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches)
+    num_params = _count(num_params, "num_params")
+    layers = _count(num_layers, "num_layers", minimum=1, integer=True)
+    expert_params = _count(expert_params, "expert_params")
+    ep = _count(ep, "ep", minimum=1, integer=True)
+    if expert_params > num_params:
+        raise ValueError(f"expert_params ({expert_params}) must be <= num_params ({num_params})")
+    if dp % ep:
+        raise ValueError(f"dp ({dp}) must be divisible by ep ({ep}): expert parallelism runs inside the dp axis")
+    states = zero_memory_per_gpu((num_params - expert_params) / (tp * pp), dp, zero_stage)
+    if expert_params:
+        states += zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
+    per_layer = _layer_activations(seq, microbatch, hidden, heads, tp, recompute)
+    return states + per_layer * math.ceil(layers / pp) * min(pp, m)
+
+
+def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch, *, dp, tp, pp, zero_stage,
+                                num_microbatches) -> dict[str, float]:  # fmt: skip
+    """Bytes one GPU sends per training step along each mesh axis (16-bit values, ring collectives).
+
+    With A = 2 * seq * microbatch * hidden, the bytes of one microbatch's activations:
+        "tp"  4 all-reduces of A per layer and microbatch (attention and MLP, forward and backward;
+              sequence parallelism's all-gather + reduce-scatter pairs move the same bytes):
+              4 * ring_all_reduce_bytes_per_rank(A, tp) * ceil(num_layers / pp) * num_microbatches
+        "pp"  a middle stage sends one activation forward and one gradient backward per
+              microbatch: 2 * A * num_microbatches (0 when pp = 1)
+        "dp"  the 2-byte gradients of this GPU's num_params / (tp * pp) parameters, G bytes:
+              ring_all_reduce_bytes_per_rank(G, dp) for ZeRO stages 0-2 (stage 2's reduce-scatter
+              plus parameter all-gather is the same traffic), 1.5 times that for stage 3.
+    Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_gpu``.
+    """
+    dp, tp, pp, zero_stage, m = _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches)
+    num_params = _count(num_params, "num_params")
+    layers = _count(num_layers, "num_layers", minimum=1, integer=True)
+    act = 2 * _count(seq, "seq", minimum=1, integer=True) * _count(microbatch, "microbatch", minimum=1, integer=True)
+    act *= _count(hidden, "hidden", minimum=1, integer=True)
+    grads = 2 * num_params / (tp * pp)
+    return {
+        "tp": 4 * ring_all_reduce_bytes_per_rank(act, tp) * math.ceil(layers / pp) * m,
+        "pp": 2 * act * m if pp > 1 else 0.0,
+        "dp": ring_all_reduce_bytes_per_rank(grads, dp) * (1.5 if zero_stage == 3 else 1.0),
+    }
+
+
+def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *, gpus_per_node, num_nodes,
+                     gpu_memory_bytes, microbatch=1, recompute="selective") -> dict:  # fmt: skip
+    """The (dp, tp, pp, ZeRO stage) these rules choose for a dense transformer, and why.
+
+    Rules (Narayanan et al. 2021, §3.3: "tensor parallelism up to the GPUs of a server, then
+    pipeline parallelism across servers"; data parallelism for the rest):
+      1. TP stays inside a node, whose links carry its 4 all-reduces per layer: tp is a power of two
+         <= gpus_per_node that divides heads. Try tp = 1, 2, 4, ... with pp = 1 and keep the
+         smallest that fits: no wider than needed.
+      2. If none fits, take the widest such tp and pipeline across nodes: the smallest
+         pp = 2, 4, 8, ... (pp <= num_layers) that fits.
+      3. dp = gpus_per_node * num_nodes / (tp * pp) must be an integer and divide
+         global_batch / microbatch; num_microbatches = global_batch / (dp * microbatch).
+      4. For each candidate, the lowest ZeRO stage among 0, 1, 2 that fits (they cost no more
+         traffic than plain data parallelism); only if no candidate fits that way, the same search
+         again with ZeRO-3.
+    "Fits" means ``parallel_memory_per_gpu(...) <= gpu_memory_bytes`` (``recompute`` as there).
+
+    Returns ``{"dp", "tp", "pp", "zero_stage", "num_microbatches", "memory_per_gpu",
+    "bytes_per_axis", "rows"}``: the chosen configuration, its memory and
+    ``communication_bytes_per_gpu``, and ``rows``, one dict per configuration tried, in order, with
+    keys ``tp, pp, dp, zero_stage, memory_per_gpu, fits, reason`` (the table the script prints).
+    Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``) and for bad counts.
+    """
+    per_node = _count(gpus_per_node, "gpus_per_node", minimum=1, integer=True)
+    gpus = per_node * _count(num_nodes, "num_nodes", minimum=1, integer=True)
+    batch = _count(global_batch, "global_batch", minimum=1, integer=True)
+    mb = _count(microbatch, "microbatch", minimum=1, integer=True)
+    heads = _count(heads, "heads", minimum=1, integer=True)
+    layers = _count(num_layers, "num_layers", minimum=1, integer=True)
+    budget = _count(gpu_memory_bytes, "gpu_memory_bytes", minimum=1)
+    tps = [t for t in (2**i for i in range(per_node.bit_length())) if t <= per_node and heads % t == 0]
+    pps = [p for p in (2**i for i in range(1, layers.bit_length())) if p <= layers]
+    candidates = [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
+    rows = []
+    for stages in ((0, 1, 2), (3,)):
+        for tp, pp in candidates:
+            dp = gpus // (tp * pp)
+            if dp < 1 or dp * tp * pp != gpus or batch % (dp * mb):
+                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": None, "memory_per_gpu": None,
+                             "fits": False, "reason": f"dp * microbatch must divide the batch of {batch}"})  # fmt: skip
+                continue
+            m = batch // (dp * mb)
+            for zero in stages:
+                sizes = dict(dp=dp, tp=tp, pp=pp, zero_stage=zero, num_microbatches=m)
+                memory = parallel_memory_per_gpu(num_params, layers, hidden, heads, seq, mb, recompute=recompute,
+                                                 **sizes)  # fmt: skip
+                fits = memory <= budget
+                reason = f"{memory / 1e9:.1f} GB {'<=' if fits else '>'} {budget / 1e9:.1f} GB"
+                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "memory_per_gpu": memory,
+                             "fits": fits, "reason": reason})  # fmt: skip
+                if fits:
+                    traffic = communication_bytes_per_gpu(num_params, layers, hidden, seq, mb, **sizes)
+                    return {**sizes, "memory_per_gpu": memory, "bytes_per_axis": traffic, "rows": rows}
+    raise ValueError(f"no configuration fits in gpu_memory_bytes ({budget:.3g}); tried {len(rows)}")
