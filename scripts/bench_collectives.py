@@ -74,7 +74,7 @@ def _fmt_size(n: int) -> str:
 
 
 def _fit(acc, world: int, rows) -> tuple[float, float] | None:
-    """alpha, beta fitted to the ring's and recursive doubling's times (None before Task 6.5)."""
+    """alpha, beta fitted to the ring's and recursive doubling's times (None before Task 1.7)."""
     points = [(size, t[a], a) for size, t, _ in rows for a in ("ring", "recursive_doubling")]
     try:
         return acc.fit_alpha_beta(*zip(*points), world_size=world)
@@ -152,7 +152,7 @@ def _crossover_text(acc, world: int, alpha: float, beta: float) -> str:
     try:
         cross = acc.all_reduce_crossover_bytes(world, alpha, beta)
     except (NotImplementedError, AttributeError):
-        return "unknown before Task 6.5"
+        return "unknown before Task 1.7"
     return "none: recursive doubling always wins" if cross is None else f"{cross / 2**20:.3g} MiB"
 
 
