@@ -187,7 +187,8 @@ def backward_rank(ctx, cases):
         q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
         with CommRecorder() as rec, MatmulLog() as log:
             out = cp.ring_attention(q, k, v, causal=causal, zigzag=zigzag)
-            out.backward(dout)
+            # dLoss/dout = dout; a scalar loss, because out.backward(dout) makes torch import sympy (2 s)
+            (out * dout).sum().backward()
         results.append((out.detach(), q.grad, k.grad, v.grad, rec.events, log.events))
     return results
 
