@@ -327,7 +327,7 @@ def test_forward_ring_sends_n_minus_1_hops_to_the_next_rank_overlapped_with_comp
 
 
 @pytest.mark.task9_2
-@pytest.mark.world_sizes(2, 4)
+@pytest.mark.world_sizes(2, 3, 4, 8)
 def test_zigzag_balances_causal_work_and_masked_blocks_are_skipped(world_size):
     """Causal zigzag: every rank multiplies within one block of the others, about (N+1)/2 blocks, not N."""
     q, k, v, _ = _case(world_size, torch.float32, seed=5)
@@ -414,7 +414,7 @@ BAD_INPUT = [
 ]  # fmt: skip
 
 
-@pytest.mark.world_sizes(2, 4)
+@pytest.mark.world_sizes(2, 3, 4, 8)
 @pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
     """Bad shapes, dtypes, lengths or flags raise ValueError/TypeError naming the argument, before any message."""
