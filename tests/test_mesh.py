@@ -187,7 +187,7 @@ def hsdp_rank(ctx, shape, opt_name, batches, record_step):
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_hsdp_training_matches_one_process_on_the_whole_batch(world_size, opt_name):
     """HSDP's full parameters equal one process's on the whole batch after every step, on every rank."""
-    batches = _batches(steps=3, batch=2 * world_size)
+    batches = _batches(steps=2, batch=2 * world_size)
     _, states = dense_oracle(batches, opt_name, slices=1)
     for replicas, shards in HSDP_MESHES[world_size]:
         shape = {"replicate": replicas, "shard": shards}
@@ -320,7 +320,8 @@ def _check_training(outs, shape, opt_name, batches, label):
 def test_mesh_training_matches_one_process_on_the_whole_batch(world_size, opt_name):
     """DP, TP, PP and their products train exactly like one process on the whole batch, every step, every rank."""
     batches = _batches(steps=2, batch=4 * MICROBATCHES)
-    for name in _schemes(world_size):
+    # Every scheme with SGD; AdamW on the issue's three compositions (single axes are parts 2, 4 and 5's).
+    for name in _schemes(world_size, None if opt_name == "sgd" else ["dp2xtp2", "dp2xpp2", "3d"]):
         outs = run_ranks(world_size, trainer_rank, SCHEMES[name], opt_name, 0, batches)
         _check_training(outs, SCHEMES[name], opt_name, batches, name)
 
