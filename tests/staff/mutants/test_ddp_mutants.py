@@ -45,4 +45,4 @@ MUTANTS = [
 @pytest.mark.parametrize("mutant", MUTANTS, ids=str)
 def test_the_suite_kills_the_mutant(mutant):
     """The slice of the suite selected for this mutant fails on it, in bounded time, with a message that teaches."""
-    assert_killed(mutant, SUITE)
+    assert_killed(mutant, SUITE, deadline=20)  # 10 s: a loaded machine can spend that importing torch._dynamo
