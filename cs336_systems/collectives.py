@@ -153,7 +153,7 @@ ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "auto")
 # Only alpha / beta matters for the choice (N = 4: crossover 8 alpha / beta). gloo: measured with
 # scripts/bench_collectives.py on the course's 2-core machine, where 4 ranks' times cross between
 # 1 and 4 MiB; alpha / beta = 2e5 B puts the crossover there (1.5 MiB). The least-squares fit of
-# the same run (alpha ~ 3e-3 s, beta ~ 2.6e-9 s/B) puts it at ~9 MiB, too late: the model has no
+# the same run (alpha ~ 1.6e-3 s, beta ~ 1.4e-9 s/B) puts it at ~9 MiB, too late: the model has no
 # term for the additions, which share the 2 cores with the messages (recursive doubling adds
 # log2(N) * M per rank, the ring (N-1)/N * M). nccl: orders of magnitude for NVLink in one node
 # (a few microseconds, ~100 GB/s per link), not measured here. Refit both on your own hardware.
