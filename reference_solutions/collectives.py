@@ -264,7 +264,7 @@ def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None)
 
 
 def all_reduce(
-    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, *, algorithm: str = "ring"
+    tensor: torch.Tensor, op: str = "sum", group: dist.ProcessGroup | None = None, *, algorithm: str = "auto"
 ) -> None:
     """Sum (``op="sum"``) or average (``op="avg"``) ``tensor`` over the group, in place, on every rank.
 
@@ -288,7 +288,7 @@ def all_reduce(
     message up to 64 KiB; larger tensors may go in pieces).
     ``"avg"`` divides once, after the last exchange step (the extra ranks receive the average).
 
-    ``algorithm="auto"`` (Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
+    ``algorithm="auto"`` (the default; Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
     tensor's size in bytes and N, with the (alpha, beta) of ``ALPHA_BETA`` for the group's backend.
     """
     _check_tensor(tensor)

@@ -70,7 +70,7 @@ def collective_rank(ctx, op: str, inputs, root: int | None = None, reduce_op: st
                 C.reduce(x, root)
                 results.append(x)
             elif op == "all_reduce":
-                C.all_reduce(x, reduce_op) if reduce_op else C.all_reduce(x)
+                C.all_reduce(x, reduce_op or "sum", algorithm="ring")  # Task 1.5: the ring itself
                 results.append(x)
             elif op == "all_gather":
                 results.append(C.all_gather(x))
@@ -184,7 +184,7 @@ def all_reduce_random_rank(ctx, inputs, layout: str):
     x = inputs[ctx.rank].to(ctx.device)
     if layout == "transposed":
         x = x.t()
-    ctx.load("collectives").all_reduce(x)
+    ctx.load("collectives").all_reduce(x, algorithm="ring")
     return x
 
 
@@ -203,7 +203,7 @@ def test_all_reduce_random_floats_match_the_sum(world_size, layout):
 def ring_traffic_rank(ctx, numel: int):
     x = torch.ones(numel, device=ctx.device)
     with CommRecorder() as rec:
-        ctx.load("collectives").all_reduce(x)
+        ctx.load("collectives").all_reduce(x, algorithm="ring")
     return rec.events
 
 
@@ -286,7 +286,7 @@ def subgroup_rank(ctx, op: str):
             C.reduce(out, dst=members[-1], group=group)
         elif op == "all_reduce":
             out = me.clone()
-            C.all_reduce(out, group=group)
+            C.all_reduce(out, group=group, algorithm="ring")
         elif op == "all_gather":
             out = C.all_gather(me, group=group)
         elif op == "reduce_scatter":

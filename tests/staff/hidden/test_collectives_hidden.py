@@ -31,7 +31,7 @@ def back_to_back_rank(ctx, inputs):
     C = ctx.load("collectives")
     x = inputs[ctx.rank].to(ctx.device)
     a = x.clone()
-    C.all_reduce(a)
+    C.all_reduce(a, algorithm="ring")
     b = x.clone()
     C.broadcast(b, src=ctx.world_size - 1)
     c = x.clone()
@@ -60,7 +60,7 @@ def test_back_to_back_collectives_on_odd_world_sizes(n):
 
 def big_all_reduce_rank(ctx, numel: int):
     x = torch.arange(numel, dtype=torch.float32, device=ctx.device) % 97 + ctx.rank
-    ctx.load("collectives").all_reduce(x)
+    ctx.load("collectives").all_reduce(x, algorithm="ring")
     return x[:5], x[-5:], x.sum()
 
 
