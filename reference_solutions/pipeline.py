@@ -4,30 +4,43 @@ cut into microbatches that flow forward through the stages and back (handouts/05
     stage 0 --activations--> stage 1 --activations--> ... --> stage p-1 (loss)
             <--input grads--         <--input grads--     <--
 
-Three pieces, in the order of the handout:
-    split_into_stages       which layers each rank owns
-    gpipe_schedule, ...     in which order a stage runs its forwards (F) and backwards (B)
-    PipelineStage           runs one stage's schedule with neighbour-only send/recv
+The pieces, in the order of the handout:
+    split_into_stages            which layers each rank owns
+    gpipe_schedule, ...          in which order a stage runs its forwards (F) and backwards (B)
+    interleaved_1f1b_schedule    v model chunks per rank (Megatron-LM)
+    zero_bubble_h1_schedule      backward split into input grads (B) and weight grads (W)
+    PipelineStage                runs one stage's schedule with neighbour-only send/recv
 
 Every stage is busy for m microbatch times and idle for the (p - 1) it waits while the pipeline
 fills and drains: the bubble, (p - 1) / (m + p - 1) of a step (Huang et al. 2019, GPipe). 1F1B
 (Narayanan et al. 2019, PipeDream-Flush) has the same bubble but starts backwards early, so stage s
-holds at most min(p - s, m) microbatches' activations instead of m.
+holds at most min(p - s, m) microbatches' activations instead of m. Interleaving v chunks per rank
+shrinks the bubble to (p - 1) / (v m + p - 1) (Narayanan et al. 2021); ZB-H1 (Qi et al. 2023) fills
+it with the weight-gradient work nobody waits for, to (p - 1)(F + B - W) time units.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["split_into_stages", "Action", "gpipe_schedule", "one_f_one_b_schedule", "PipelineStage"]
+__all__ = [
+    "split_into_stages",
+    "Action",
+    "gpipe_schedule",
+    "one_f_one_b_schedule",
+    "interleaved_1f1b_schedule",
+    "zero_bubble_h1_schedule",
+    "PipelineStage",
+]
 
 # Shape header sent ahead of the first activation of a step: [dtype code, ndim, *shape, 0...].
 _MAX_DIMS = 8
@@ -82,10 +95,16 @@ def split_into_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequenti
 
 @dataclass(frozen=True)
 class Action:
-    """One step of a stage's schedule: ``kind`` "F" (forward) or "B" (backward) of ``microbatch``."""
+    """One step of a stage's schedule: ``kind`` of ``microbatch`` on this rank's model chunk ``chunk``.
+
+    ``kind`` is "F" (forward), "B" (backward; the whole backward, unless the schedule also has "W",
+    in which case only the gradient of the chunk's input) or "W" (the gradient of the chunk's
+    weights). ``chunk`` is the local chunk index k (global chunk k * p + stage); 0 without interleaving.
+    """
 
     kind: str
     microbatch: int
+    chunk: int = 0
 
 
 def _check_schedule_args(num_stages, num_microbatches, stage) -> None:
@@ -131,7 +150,105 @@ def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> 
     return actions
 
 
-_SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule}
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.4: interleaved 1F1B
+# ---------------------------------------------------------------------------------------------
+
+
+def interleaved_1f1b_schedule(num_stages: int, num_microbatches: int, stage: int, num_chunks: int) -> list[Action]:
+    """Megatron-LM's interleaved 1F1B for ``stage``, which holds ``num_chunks`` model chunks.
+
+    The model is cut into p·v chunks (p = ``num_stages``, v = ``num_chunks``); rank r holds global
+    chunks r, r + p, r + 2p, ..., its local chunks 0, 1, ..., v - 1. Microbatches go through the
+    ranks in groups of p: the rank's j-th forward (j = 0 .. m·v - 1) is microbatch
+    ``(j // (p·v))·p + j % p`` on local chunk ``(j // p) % v``; its j-th backward is the same
+    microbatch on chunk ``v - 1 - (j // p) % v`` (backwards run the chunks in reverse). With
+    w = ``min(2(p - stage - 1) + (v - 1)·p, m·v)`` warm-up forwards, then alternate F, B, then
+    cool down, as 1F1B does over m·v chunk-microbatches. p=2, v=2, m=2, stage 0:
+    ``F(0,0) F(1,0) F(0,1) F(1,1) B(0,1) B(1,1) B(0,0) B(1,0)`` as (microbatch, chunk). The rank
+    holds at most ``min(2(p - stage - 1) + (v - 1)·p + 1, m·v)`` chunk-microbatches' activations.
+    With ``num_chunks == 1`` this is ``one_f_one_b_schedule``. Pure function.
+
+    Condition: ``num_microbatches % num_stages == 0`` when v > 1 (groups of p microbatches keep
+    every rank busy); otherwise ``ValueError`` naming ``num_microbatches``. Raises as
+    ``gpipe_schedule``, and for ``num_chunks`` (an int >= 1) likewise.
+    """
+    _check_schedule_args(num_stages, num_microbatches, stage)
+    v = _count(num_chunks, "num_chunks", 1)
+    if v == 1:
+        return one_f_one_b_schedule(num_stages, num_microbatches, stage)
+    p, m = num_stages, num_microbatches
+    if m % p:
+        raise ValueError(f"num_microbatches ({m}) must be a multiple of num_stages ({p}) to interleave {v} chunks")
+    total = m * v
+
+    def forward(j: int) -> Action:
+        return Action("F", (j // (p * v)) * p + j % p, (j // p) % v)
+
+    def backward(j: int) -> Action:
+        return Action("B", (j // (p * v)) * p + j % p, v - 1 - (j // p) % v)
+
+    # The first backward reaches this rank after the p·v chunks' forwards of microbatch 0 and the
+    # backwards below it: 2(p - stage - 1) + (v - 1)·p forwards fill that wait.
+    warmup = min(2 * (p - stage - 1) + (v - 1) * p, total)
+    actions = [forward(j) for j in range(warmup)]
+    for j in range(total - warmup):
+        actions += [forward(warmup + j), backward(j)]
+    actions += [backward(j) for j in range(total - warmup, total)]
+    return actions
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.5: zero bubble (ZB-H1)
+# ---------------------------------------------------------------------------------------------
+
+
+def zero_bubble_h1_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
+    """ZB-H1 (Qi et al. 2023) for ``stage``: 1F1B with the backward split into B and W.
+
+    B(i) computes the gradient of the stage's input (stage - 1 waits for it) and W(i) the gradient
+    of its weights (nobody waits for it). With w = ``min(p - stage - 1, m)``: warm-up
+    ``F0 .. F(w-1)`` as in 1F1B; then for i = 0 .. m - 1: ``F(w + i)`` (while forwards remain),
+    ``B(i)``, and, from i = ``stage`` on, the oldest W not yet run; then the remaining Ws in order.
+    Stage s thus delays its first W by s rounds: the Ws fill the idle time 1F1B has while the
+    backwards travel up. Stage 0 of p=4, m=6: ``F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 B3 W3 B4 W4 B5 W5``;
+    stage 3: ``F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 W3 W4 W5``.
+
+    A microbatch's activations are held from its F to its W: at most ``min(p, m)`` on every stage,
+    1F1B's peak (stage 0's). With F, B, W taking T_F, T_B, T_W (T_W <= T_F) and m >= p, every stage
+    idles (p - 1)(T_F + T_B - T_W) per step, against 1F1B's (p - 1)(T_F + T_B + T_W): a third when
+    they are equal. Pure function; raises as ``gpipe_schedule``.
+    """
+    _check_schedule_args(num_stages, num_microbatches, stage)
+    m = num_microbatches
+    warmup = min(num_stages - stage - 1, m)
+    actions = [Action("F", i) for i in range(warmup)]
+    weights = 0  # Ws run so far, in microbatch order
+    for i in range(m):
+        if warmup + i < m:
+            actions.append(Action("F", warmup + i))
+        actions.append(Action("B", i))
+        if i >= stage:
+            actions.append(Action("W", weights))
+            weights += 1
+    actions += [Action("W", i) for i in range(weights, m)]
+    return actions
+
+
+_SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule, "zb-h1": zero_bubble_h1_schedule}
+_SPLIT_BACKWARD = {"zb-h1"}  # schedules whose "B" is the input gradient only, followed by a "W"
+
+
+@dataclass
+class _Stashed:
+    """What a forward keeps for its backward: the chunk's input, and its output (None when
+    checkpointing, which recomputes it from the input and the RNG state of the forward)."""
+
+    x: torch.Tensor
+    out: torch.Tensor | None
+    out_meta: tuple[tuple[int, ...], torch.dtype]
+    rng: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    grad_out: torch.Tensor | None = None  # kept from B for W (split backward)
 
 
 @dataclass
@@ -139,36 +256,48 @@ class _StepState:
     """What one ``train_step`` carries from action to action."""
 
     num_microbatches: int
-    inputs: tuple[torch.Tensor, ...] | None  # stage 0: m x (batch/m, ...)
-    targets: tuple[torch.Tensor, ...] | None  # last stage: m x (batch/m, ...)
+    inputs: tuple[torch.Tensor, ...] | None  # global chunk 0's rank: m x (batch/m, ...)
+    targets: tuple[torch.Tensor, ...] | None  # last global chunk's rank: m x (batch/m, ...)
     device: torch.device
     total_loss: torch.Tensor  # float64 scalar, the sum of the scaled microbatch losses (last stage)
-    stash: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)  # mb -> (input, output)
-    act_meta: tuple[tuple[int, ...], torch.dtype] | None = None  # stage - 1's activations, from the header
+    checkpoint: bool = False
+    split_backward: bool = False
+    stash: dict[tuple[int, int], _Stashed] = field(default_factory=dict)  # (microbatch, chunk) -> saved
+    act_meta: dict[int, tuple[tuple[int, ...], torch.dtype]] = field(default_factory=dict)  # chunk -> input meta
+    headers_sent: set[int] = field(default_factory=set)  # chunks whose output shape went ahead
+    sends: list = field(default_factory=list)  # (work, op) of sends still in flight
 
 
-# The batch posted by the previous action: (works to wait for, its ops, the receive buffer or None). The ops
-# are kept so that the tensors they send stay alive until the works finish.
-_InFlight = tuple[list, list, torch.Tensor | None]
+# A posted receive: (its works, its buffer or None).
+_InFlight = tuple[list, torch.Tensor | None]
+
+# Message tags: every (microbatch, global chunk, kind) pair gets its own, so a receive matches its
+# message whatever order two ranks post them in (interleaved ranks exchange both kinds both ways).
+_ACTIVATION, _GRADIENT, _HEADER = range(3)
 
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 5.3: a pipeline stage
+# ## Task 5.6: interleaved chunks, split backward and activation checkpointing in PipelineStage
 # ---------------------------------------------------------------------------------------------
 
 
 class PipelineStage:
     """One rank's stage of a pipeline over ``group`` (stage s is group rank s).
 
-    ``module`` holds this stage's layers (e.g. ``split_into_stages(model, p)[stage]``), ``loss_fn``
-    (``loss_fn(output, target) -> scalar``, a mean over the microbatch such as ``nn.MSELoss()``)
-    is applied on the last stage only. Stage s receives activations from group rank s - 1 and
-    input gradients from group rank s + 1, and sends to them; nothing else communicates.
+    ``module`` holds this stage's layers (e.g. ``split_into_stages(model, p)[stage]``), or, for the
+    interleaved schedule, a list of v modules: this rank's model chunks, ``module[k]`` being global
+    chunk k·p + stage (e.g. ``[chunks[stage + k * p] for k in range(v)]`` of
+    ``split_into_stages(model, p * v)``). ``loss_fn`` (``loss_fn(output, target) -> scalar``, a mean
+    over the microbatch such as ``nn.MSELoss()``) is applied after the last global chunk only. Stage
+    s receives activations from group rank s - 1 and input gradients from group rank s + 1, and
+    sends to them; with chunks, rank p - 1 and rank 0 are neighbours too (chunk k·p + p - 1 feeds
+    chunk (k + 1)·p). Nothing else communicates.
     """
 
     def __init__(
         self,
-        module: nn.Module,
+        module: nn.Module | Sequence[nn.Module],
         stage: int,
         num_stages: int,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -176,12 +305,21 @@ class PipelineStage:
     ) -> None:
         """Check the arguments (on every rank, before any communication) and remember the neighbours.
 
-        Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or ``loss_fn`` not callable, and
-        ``ValueError`` unless ``num_stages`` equals the group size and ``stage`` is this rank's
-        rank in ``group``. ``.timeline`` and ``.peak_activations`` start empty / 0.
+        ``.module`` is ``module`` itself, or an ``nn.ModuleList`` of the chunks when a list is
+        given; ``.num_chunks`` is v (1 for a single module).
+
+        Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or a non-empty list of them, or
+        ``loss_fn`` not callable, and ``ValueError`` unless ``num_stages`` equals the group size
+        and ``stage`` is this rank's rank in ``group`` (and ``num_stages >= 2`` when several chunks are
+        given). ``.timeline`` and ``.peak_activations`` start empty / 0.
         """
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        if isinstance(module, nn.Module):
+            chunks = [module]
+        elif isinstance(module, (list, tuple)) and module and all(isinstance(c, nn.Module) for c in module):
+            chunks = list(module)
+            module = nn.ModuleList(chunks)
+        else:
+            raise TypeError(f"module must be a torch.nn.Module or a non-empty list of them, got {module!r:.80}")
         if not callable(loss_fn):
             raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
         num_stages = _count(num_stages, "num_stages", 1)
@@ -190,37 +328,59 @@ class PipelineStage:
             raise ValueError(f"num_stages ({num_stages}) must equal the group size ({dist.get_world_size(group)})")
         if stage != dist.get_rank(group):
             raise ValueError(f"stage ({stage}) must be this rank's rank in the group ({dist.get_rank(group)})")
-        self.module, self.stage, self.num_stages, self.loss_fn, self.group = module, stage, num_stages, loss_fn, group
+        if len(chunks) > 1 and num_stages == 1:
+            raise ValueError("num_stages must be >= 2 to interleave chunks: consecutive chunks live on different ranks")
+        self.module, self.chunks, self.num_chunks = module, chunks, len(chunks)
+        self.stage, self.num_stages, self.loss_fn, self.group = stage, num_stages, loss_fn, group
         ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
         # Global ranks, which is what send/recv take, even when the pipeline lives in a subgroup.
         self.prev_rank = ranks[stage - 1] if stage > 0 else None
         self.next_rank = ranks[stage + 1] if stage < num_stages - 1 else None
+        # Chunks wrap around: global chunk g's neighbours are g - 1 and g + 1, on the ranks beside.
+        self._ring_prev, self._ring_next = ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]
         self.timeline: list[tuple[Action, float, float]] = []
         self.peak_activations = 0
 
     def train_step(
-        self, inputs: torch.Tensor | None, targets: torch.Tensor | None, num_microbatches: int, schedule: str = "1f1b"
+        self,
+        inputs: torch.Tensor | None,
+        targets: torch.Tensor | None,
+        num_microbatches: int,
+        schedule: str = "1f1b",
+        checkpoint: bool = False,
     ) -> float | None:
         """Run forward and backward of one batch through the pipeline; accumulate ``.grad``.
 
         ``inputs`` (batch, ...) is used on stage 0 and ``targets`` (batch, ...) on the last stage;
         other stages may pass ``None`` (a tensor given anywhere is checked). Both are split on dim 0
-        into ``num_microbatches`` equal microbatches, run in the order of ``schedule`` ("1f1b" or
-        "gpipe"). Microbatch losses are divided by ``num_microbatches``, so ``.grad`` receives
-        exactly the gradients of the full-batch mean loss (added to what ``.grad`` held, as
-        ``backward`` does; the caller zeroes and steps). Activation shapes and dtypes are sent
-        ahead of the data, never given by the caller.
+        into ``num_microbatches`` equal microbatches, run in the order of ``schedule``: "gpipe",
+        "1f1b", "zb-h1" (one chunk) or "interleaved" (``interleaved_1f1b_schedule`` with v =
+        ``.num_chunks``). Microbatch losses are divided by ``num_microbatches``, so ``.grad``
+        receives exactly the gradients of the full-batch mean loss (added to what ``.grad`` held, as
+        ``backward`` does; the caller zeroes and steps). Activation shapes and dtypes are sent ahead
+        of the data, never given by the caller.
+
+        Under "zb-h1", B(i) computes only the gradient of the chunk's input and sends it at once
+        (``torch.autograd.grad(out, x, grad, retain_graph=True)``); W(i) then computes the weights'
+        gradients (``torch.autograd.backward(out, grad, inputs=params)``), and only W frees the
+        microbatch. With ``checkpoint=True`` a forward runs under ``torch.no_grad()`` and keeps only
+        its input (and the RNG state it started from); its backward first recomputes the forward
+        from that input with the same RNG state (so dropout draws the same masks) without moving
+        the RNG stream of later forwards, then runs as without checkpointing.
 
         Returns the full-batch mean loss on the last stage, ``None`` elsewhere. Afterwards
         ``.timeline`` is ``[(action, t_start, t_end), ...]`` in execution order (``time.perf_counter``
         seconds; t_start once the action's input has arrived, t_end once its output is posted) and
-        ``.peak_activations`` the most microbatches that were between their F and B at once.
+        ``.peak_activations`` the most (microbatch, chunk) pairs that were between their F and the
+        end of their backward (B, or W under "zb-h1") at once; checkpointing does not change it.
 
-        Raises ``ValueError`` for an unknown ``schedule``, ``num_microbatches < 1``, or a batch that
-        is smaller than or not divisible by ``num_microbatches``; ``TypeError`` for a missing
-        ``inputs`` on stage 0 / ``targets`` on the last stage. All before any communication.
+        Raises ``ValueError`` for an unknown ``schedule``, a schedule that does not fit the number
+        of chunks (only "interleaved" takes several; it needs ``num_microbatches`` to be a multiple
+        of ``num_stages``), ``num_microbatches < 1``, or a batch that is smaller than or not
+        divisible by ``num_microbatches``; ``TypeError`` for a missing ``inputs`` on stage 0 /
+        ``targets`` on the last stage or a non-bool ``checkpoint``. All before any communication.
         """
-        m = self._check_step(inputs, targets, num_microbatches, schedule)
+        m = self._check_step(inputs, targets, num_microbatches, schedule, checkpoint)
         device = self._device(inputs if self._is_first else targets)
         step = _StepState(
             num_microbatches=m,
@@ -228,28 +388,42 @@ class PipelineStage:
             targets=targets.chunk(m) if self._is_last else None,
             device=device,
             total_loss=torch.zeros((), dtype=torch.float64, device=device),
+            checkpoint=checkpoint,
+            split_backward=schedule in _SPLIT_BACKWARD,
         )
-        plan = _SCHEDULES[schedule](self.num_stages, m, self.stage)
-        in_flight: _InFlight = ([], [], None)
+        plan = self._plan(schedule, m)
+        in_flight: _InFlight = ([], None)
         self.timeline, self.peak_activations = [], 0
         for k, action in enumerate(plan):
             received = self._wait(in_flight)
             if action.kind == "F":
-                t_start, outgoing = self._forward(step, action.microbatch, received)
+                t_start, outgoing = self._forward(step, action, received)
+            elif action.kind == "B":
+                t_start, outgoing = self._backward(step, action, received)
             else:
-                t_start, outgoing = self._backward(step, action.microbatch, received)
+                t_start, outgoing = self._weight_backward(step, action), []
             in_flight = self._send_and_recv(outgoing, plan[k + 1] if k + 1 < len(plan) else None, step)
             self._record(action, t_start, device)
         self._wait(in_flight)
+        for work, _op in step.sends:  # every send matched before the step ends: nothing left in flight
+            work.wait()
         return float(step.total_loss) if self._is_last else None
 
-    # -- the steps of train_step: check, forward a microbatch, backward a microbatch, send/recv --------
+    # -- the steps of train_step: check, plan, forward, backward (B, W), send/recv ------------------
 
-    def _check_step(self, inputs, targets, num_microbatches, schedule) -> int:
+    def _check_step(self, inputs, targets, num_microbatches, schedule, checkpoint) -> int:
         """train_step's arguments, checked on every rank before any message; returns num_microbatches."""
-        if schedule not in _SCHEDULES:
-            raise ValueError(f"schedule must be one of {sorted(_SCHEDULES)}, got {schedule!r}")
+        if schedule not in (*_SCHEDULES, "interleaved"):
+            raise ValueError(f"schedule must be one of {sorted([*_SCHEDULES, 'interleaved'])}, got {schedule!r}")
+        if self.num_chunks > 1 and schedule != "interleaved":
+            raise ValueError(f"schedule {schedule!r} runs one chunk per stage; {self.num_chunks} need 'interleaved'")
+        if not isinstance(checkpoint, bool):
+            raise TypeError(f"checkpoint must be a bool, got {type(checkpoint).__name__}")
         m = _count(num_microbatches, "num_microbatches", 1)
+        if schedule == "interleaved" and self.num_chunks > 1 and m % self.num_stages:
+            raise ValueError(
+                f"num_microbatches ({m}) must be a multiple of num_stages ({self.num_stages}) to interleave chunks"
+            )
         for name, tensor, needed in [("inputs", inputs, self._is_first), ("targets", targets, self._is_last)]:
             if tensor is None and not needed:
                 continue
@@ -261,55 +435,112 @@ class PipelineStage:
                 )
         return m
 
-    def _forward(self, step: _StepState, i: int, received: torch.Tensor | None) -> tuple[float, list]:
-        """Forward microbatch ``i``: (t_start, the sends it posts). Its input is stage 0's slice of the
-        batch or the activation from stage - 1; its output is stashed for the backward and sent on to
-        stage + 1 (preceded, for microbatch 0, by the shape header), or turned into the loss."""
-        if self._is_first:
+    def _plan(self, schedule: str, m: int) -> list[Action]:
+        if schedule == "interleaved":
+            return interleaved_1f1b_schedule(self.num_stages, m, self.stage, self.num_chunks)
+        return _SCHEDULES[schedule](self.num_stages, m, self.stage)
+
+    def _forward(self, step: _StepState, action: Action, received: torch.Tensor | None) -> tuple[float, list]:
+        """Forward ``action``'s microbatch through its chunk: (t_start, the sends it posts). Its input is
+        the batch's slice (global chunk 0) or the activation from the previous chunk's rank; its output
+        is sent on (preceded, for the chunk's first forward, by the shape header) or turned into the loss."""
+        i, k = action.microbatch, action.chunk
+        if self._global_chunk(k) == 0:
             x = step.inputs[i]
         else:
-            if received is None:  # the first forward: learn the shape, then receive
-                step.act_meta = self._recv_header(step.device)
-                received = torch.empty(step.act_meta[0], dtype=step.act_meta[1], device=step.device)
-                dist.recv(received, src=self.prev_rank, group=self.group)
+            if received is None:  # the chunk's first forward: learn the shape, then receive
+                step.act_meta[k] = self._recv_header(step.device, k)
+                received = torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)
+                dist.recv(received, src=self._ring_prev, group=self.group, tag=self._tag(i, k, _ACTIVATION))
             x = received.requires_grad_(received.is_floating_point())
         t_start = time.perf_counter()
-        out = self.module(x)
+        rng = _rng_state(step.device) if step.checkpoint else None
+        # Checkpointing: no graph now; the backward recomputes it from x and rng.
+        with torch.no_grad() if step.checkpoint else contextlib.nullcontext():
+            out = self._run_chunk(step, i, k, x)
         outgoing = []
-        if self._is_last:
-            # The mean of the microbatch means is the full-batch mean.
-            out = self.loss_fn(out, step.targets[i]) / step.num_microbatches
+        if self._is_last_chunk(k):
             step.total_loss += out.detach().double()
         else:
-            if i == 0:
-                outgoing.append(self._header(out))
-            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self.next_rank, self.group))
-        step.stash[i] = (x, out)
+            if k not in step.headers_sent:
+                step.headers_sent.add(k)
+                outgoing.append(self._header(out, k))
+            tag = self._tag(i, self._next_chunk(k), _ACTIVATION)
+            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._ring_next, self.group, tag=tag))
+        saved = None if step.checkpoint else out
+        step.stash[(i, k)] = _Stashed(x, saved, (tuple(out.shape), out.dtype), rng)
         self.peak_activations = max(self.peak_activations, len(step.stash))
         return t_start, outgoing
 
-    def _backward(self, step: _StepState, i: int, received: torch.Tensor | None) -> tuple[float, list]:
-        """Backward microbatch ``i``: (t_start, the sends it posts). Its output's gradient comes from
-        stage + 1 (the loss itself on the last stage); its input's gradient is sent to stage - 1."""
-        x, out = step.stash.pop(i)  # released after this backward: that is what 1F1B saves
+    def _backward(self, step: _StepState, action: Action, received: torch.Tensor | None) -> tuple[float, list]:
+        """B of ``action``'s microbatch: (t_start, the sends it posts). Its output's gradient comes from
+        the next chunk's rank (the loss itself after the last chunk); its input's gradient goes back.
+        A whole backward frees the microbatch; a split one (zb-h1) keeps it for its W."""
+        i, k = action.microbatch, action.chunk
+        saved = step.stash[(i, k)] if step.split_backward else step.stash.pop((i, k))  # B frees, unless a W follows
         t_start = time.perf_counter()
-        if self._is_last:
-            out.backward()
+        x, out = saved.x, saved.out
+        if step.checkpoint:  # recompute the forward: the same input, the same random draws
+            x = x.detach().requires_grad_(x.requires_grad)
+            with torch.random.fork_rng(devices=[step.device] if step.device.type == "cuda" else []):
+                _set_rng_state(saved.rng, step.device)
+                out = self._run_chunk(step, i, k, x)
+        grad_out = None if self._is_last_chunk(k) else received  # d(loss)/d(out) from the next chunk
+        if step.split_backward:
+            saved.out, saved.grad_out = out, grad_out
+            grad_x = None
+            if x.requires_grad:
+                (grad_x,) = torch.autograd.grad(out, x, grad_out, retain_graph=True, allow_unused=True)
         else:
-            out.backward(received)  # d(loss)/d(out) from stage + 1
+            out.backward(grad_out)
+            grad_x = x.grad
         outgoing = []
-        if not self._is_first and x.grad is not None:
-            outgoing.append(dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank, self.group))
+        if self._global_chunk(k) > 0:
+            grad_x = torch.zeros_like(x) if grad_x is None else grad_x  # an unused input still answers
+            tag = self._tag(i, k - (self.stage == 0), _GRADIENT)  # rank 0's chunk k is fed by rank p - 1's k - 1
+            outgoing.append(dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev, self.group, tag=tag))
         return t_start, outgoing
+
+    def _weight_backward(self, step: _StepState, action: Action) -> float:
+        """W of ``action``'s microbatch: the chunk's weight gradients, into ``.grad``; frees the microbatch."""
+        saved = step.stash.pop((action.microbatch, action.chunk))
+        t_start = time.perf_counter()
+        params = [p for p in self.chunks[action.chunk].parameters() if p.requires_grad]
+        if params and saved.out.requires_grad:
+            torch.autograd.backward(saved.out, saved.grad_out, inputs=params)
+        return t_start
+
+    def _run_chunk(self, step: _StepState, i: int, k: int, x: torch.Tensor) -> torch.Tensor:
+        """Chunk k on microbatch i's input; after the last global chunk, the microbatch's share of the loss."""
+        out = self.chunks[k](x)
+        if self._is_last_chunk(k):
+            # The mean of the microbatch means is the full-batch mean.
+            out = self.loss_fn(out, step.targets[i]) / step.num_microbatches
+        return out
 
     def _send_and_recv(self, outgoing: list, action: Action | None, step: _StepState) -> _InFlight:
         """Post an action's sends together with the receive of the next ``action``'s input, as one
-        batch: two neighbours that each send before they receive would otherwise wait on each other
-        forever where sends block until matched (NCCL, large tensors)."""
+        batch, and wait only for the receive: a rank never blocks in a send, so two neighbours that
+        each send before they receive cannot wait on each other (Megatron-LM's
+        ``send_forward_recv_backward``). Sends still in flight are kept (their tensors alive) and
+        waited at the end of the step."""
+        step.sends = [(w, op) for w, op in step.sends if not w.is_completed()]
         buffer = self._input_buffer(action, step)
-        src = self.prev_rank if action is not None and action.kind == "F" else self.next_rank
-        ops = outgoing + ([dist.P2POp(dist.irecv, buffer, src, self.group)] if buffer is not None else [])
-        return (dist.batch_isend_irecv(ops) if ops else [], ops, buffer)
+        recv = []
+        if buffer is not None:
+            if action.kind == "F":
+                src, tag = self._ring_prev, self._tag(action.microbatch, action.chunk, _ACTIVATION)
+            else:
+                src, tag = self._ring_next, self._tag(action.microbatch, action.chunk, _GRADIENT)
+            recv = [dist.P2POp(dist.irecv, buffer, src, self.group, tag=tag)]
+        ops = outgoing + recv
+        if not ops:
+            return [], None
+        works = dist.batch_isend_irecv(ops)
+        if len(works) != len(ops):  # coalesced into one work (NCCL): the receive is done when all are
+            return works, buffer
+        step.sends += list(zip(works[: len(outgoing)], outgoing))
+        return works[len(outgoing) :], buffer
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -321,6 +552,21 @@ class PipelineStage:
     def _is_last(self) -> bool:
         return self.stage == self.num_stages - 1
 
+    def _global_chunk(self, k: int) -> int:
+        return k * self.num_stages + self.stage
+
+    def _is_last_chunk(self, k: int) -> bool:
+        return self._global_chunk(k) == self.num_chunks * self.num_stages - 1
+
+    def _next_chunk(self, k: int) -> int:
+        """The next rank's local index of the chunk after our chunk k (rank p - 1's k feeds rank 0's k + 1)."""
+        return k + (self.stage + 1) // self.num_stages
+
+    def _tag(self, i: int, k: int, kind: int) -> int:
+        """The tag of a message into local chunk ``k`` of its receiver (activation) or out of it
+        (gradient): unique per (microbatch, receiving chunk, kind)."""
+        return (i * self.num_chunks + k) * 3 + kind
+
     def _device(self, batch: torch.Tensor | None) -> torch.device:
         """Where this stage computes: its parameters', else the batch's, else the backend's default."""
         for tensor in itertools.chain(self.module.parameters(), self.module.buffers(), [batch]):
@@ -329,41 +575,57 @@ class PipelineStage:
         nccl = dist.get_backend(self.group) == "nccl"
         return torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
 
-    def _wait(self, in_flight) -> torch.Tensor | None:
-        """Wait for a batch posted by the previous action; return what it received, if anything."""
-        works, _ops, buffer = in_flight  # the ops keep the sent tensors alive until now
+    def _wait(self, in_flight: _InFlight) -> torch.Tensor | None:
+        """Wait for the receive posted by the previous action; return what it received, if anything."""
+        works, buffer = in_flight
         for work in works:
             work.wait()
         return buffer
 
     def _input_buffer(self, action: Action | None, step: _StepState) -> torch.Tensor | None:
-        """Where ``action``'s input from a neighbour lands: an activation from stage - 1 for a forward
-        (not on stage 0, nor before the header told its shape), a gradient from stage + 1 for a
-        backward (not on the last stage)."""
-        if action is None:
+        """Where ``action``'s input from a neighbour lands: an activation from the previous chunk for a
+        forward (not for global chunk 0, nor before the header told its shape), a gradient from the
+        next chunk for a backward (not after the last chunk); a W receives nothing."""
+        if action is None or action.kind == "W":
             return None
+        k = action.chunk
         if action.kind == "F":
-            if self.prev_rank is None or step.act_meta is None:
+            if self._global_chunk(k) == 0 or k not in step.act_meta:
                 return None
-            return torch.empty(step.act_meta[0], dtype=step.act_meta[1], device=step.device)
-        return torch.empty_like(step.stash[action.microbatch][1]) if self.next_rank is not None else None
+            return torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)
+        if self._is_last_chunk(k):
+            return None
+        shape, dtype = step.stash[(action.microbatch, k)].out_meta
+        return torch.empty(shape, dtype=dtype, device=step.device)
 
     def _record(self, action: Action, t_start: float, device: torch.device) -> None:
         if device.type == "cuda":  # kernels are asynchronous: wait so the timeline shows real work
             torch.cuda.synchronize(device)
         self.timeline.append((action, t_start, time.perf_counter()))
 
-    def _header(self, out: torch.Tensor) -> dist.P2POp:
-        """[dtype code, ndim, *shape, 0...]: sent before the first activation, which it describes."""
+    def _header(self, out: torch.Tensor, k: int) -> dist.P2POp:
+        """[dtype code, ndim, *shape, 0...]: sent before chunk k's first activation, which it describes."""
         if out.dim() > _MAX_DIMS or out.dtype not in _DTYPES:
             raise ValueError(f"stage {self.stage} output must have <= {_MAX_DIMS} dims and a dtype in {_DTYPES}")
         header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
         header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
         header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64)
-        return dist.P2POp(dist.isend, header, self.next_rank, self.group)
+        tag = self._tag(0, self._next_chunk(k), _HEADER)
+        return dist.P2POp(dist.isend, header, self._ring_next, self.group, tag=tag)
 
-    def _recv_header(self, device: torch.device) -> tuple[tuple[int, ...], torch.dtype]:
+    def _recv_header(self, device: torch.device, k: int) -> tuple[tuple[int, ...], torch.dtype]:
         header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)
-        dist.recv(header, src=self.prev_rank, group=self.group)
+        dist.recv(header, src=self._ring_prev, group=self.group, tag=self._tag(0, k, _HEADER))
         dtype_code, ndim, *dims = header.tolist()
         return tuple(dims[:ndim]), _DTYPES[dtype_code]
+
+
+def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The RNG state a forward starts from (CPU, and the GPU's when it runs on one)."""
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
