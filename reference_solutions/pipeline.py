@@ -454,9 +454,9 @@ class PipelineStage:
                 dist.recv(received, src=self._ring_prev, group=self.group, tag=self._tag(i, k, _ACTIVATION))
             x = received.requires_grad_(received.is_floating_point())
         t_start = time.perf_counter()
+        keep_graph = not step.checkpoint  # checkpointing: no graph now; the backward recomputes it from x and rng
         rng = _rng_state(step.device) if step.checkpoint else None
-        # Checkpointing: no graph now; the backward recomputes it from x and rng.
-        with torch.no_grad() if step.checkpoint else contextlib.nullcontext():
+        with contextlib.nullcontext() if keep_graph else torch.no_grad():
             out = self._run_chunk(step, i, k, x)
         outgoing = []
         if self._is_last_chunk(k):
@@ -467,8 +467,7 @@ class PipelineStage:
                 outgoing.append(self._header(out, k))
             tag = self._tag(i, self._next_chunk(k), _ACTIVATION)
             outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._ring_next, self.group, tag=tag))
-        saved = None if step.checkpoint else out
-        step.stash[(i, k)] = _Stashed(x, saved, (tuple(out.shape), out.dtype), rng)
+        step.stash[(i, k)] = _Stashed(x, out if keep_graph else None, (tuple(out.shape), out.dtype), rng)
         self.peak_activations = max(self.peak_activations, len(step.stash))
         return t_start, outgoing
 

@@ -368,7 +368,7 @@ class ActivationProbe(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = x * 1.0
         self.refs = [r for r in self.refs if r() is not None] + [weakref.ref(y)]
-        alive = [r() for r in self.refs]
+        alive = [r().detach() for r in self.refs]  # detached: the same storages, no .grad to look at
         self.peak_count = max(self.peak_count, len(alive))
         self.peak_bytes = max(self.peak_bytes, storage_bytes(alive, skip=set()))
         return y

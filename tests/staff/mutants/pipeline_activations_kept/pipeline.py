@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "x, out = step.stash.pop(i)",
-    "x, out = step.stash[i]",
+    "else step.stash.pop((i, k))",
+    "else step.stash[(i, k)]",
 )

@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    '"1f1b": one_f_one_b_schedule}',
-    '"1f1b": gpipe_schedule}',
+    '"1f1b": one_f_one_b_schedule,',
+    '"1f1b": gpipe_schedule,',
 )

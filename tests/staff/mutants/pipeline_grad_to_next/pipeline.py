@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "dist.P2POp(dist.isend, x.grad.contiguous(), self.prev_rank",
-    "dist.P2POp(dist.isend, x.grad.contiguous(), self.next_rank",
+    "dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev",
+    "dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_next",
 )

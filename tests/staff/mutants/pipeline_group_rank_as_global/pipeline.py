@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "ranks[stage - 1] if stage > 0",
-    "stage - 1 if stage > 0",
+    "ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]",
+    "(stage - 1) % num_stages, (stage + 1) % num_stages",
 )

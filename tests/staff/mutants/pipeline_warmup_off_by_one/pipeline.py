@@ -5,6 +5,6 @@ from tests.staff.mutants.mutate import mutate
 mutate(
     globals(),
     "reference_solutions.pipeline",
-    "warmup = min(num_stages - stage - 1, m)",
-    "warmup = min(num_stages - stage, m)",
+    '    warmup = min(num_stages - stage - 1, m)\n    actions = [Action("F", i) for i in range(warmup)]\n    for i',
+    '    warmup = min(num_stages - stage, m)\n    actions = [Action("F", i) for i in range(warmup)]\n    for i',
 )
