@@ -394,3 +394,94 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
     """
 
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.6: pipeline schedules in numbers (Part 5, handouts/05-pipeline.md §5.6)
+# Bubble and peak activations per schedule, activation memory with checkpointing, recomputation's
+# FLOPs (6ND -> 8ND) and the gap it opens between MFU and HFU.
+# ---------------------------------------------------------------------------------------------
+
+__all__ += [
+    "schedule_bubble_fraction",
+    "schedule_peak_activations",
+    "pipeline_activation_bytes",
+    "recompute_training_flops",
+    "hfu",
+]
+
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # what schedule= may be
+
+
+def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=1, forward_time=1.0,
+                             backward_input_time=1.0, backward_weight_time=1.0) -> float:  # fmt: skip
+    """Fraction of a step each stage idles under ``schedule``, with p = num_stages, m = num_microbatches.
+
+        "gpipe", "1f1b"     (p - 1) / (m + p - 1)
+        "interleaved"       (p - 1) / (v·m + p - 1)                  v = num_chunks
+        "zb-h1"             (p - 1)(F + B - W) / (m(F + B + W) + (p - 1)(F + B - W))
+    where F, B, W are the times of a forward, of the input-gradient half of the backward and of
+    its weight-gradient half (``forward_time``, ``backward_input_time``, ``backward_weight_time``;
+    the other schedules' answers do not depend on them). F = B = W: ZB-H1 idles (p - 1) units
+    against 1F1B's 3(p - 1); p = 4, m = 8: 0.1111 against 0.2727.
+
+    ZB-H1's formula holds for m >= p and W <= F: otherwise ``ValueError`` naming
+    ``num_microbatches`` / ``backward_weight_time``. Raises ``ValueError`` for an unknown
+    ``schedule``, counts < 1, times <= 0, ``num_chunks > 1`` outside "interleaved" and m not a
+    multiple of p with chunks; ``TypeError`` for a non-integer count or a non-number time.
+    """
+
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num_chunks=1) -> int:
+    """The most (microbatch, chunk) pairs stage ``stage`` holds at once: from an F to the end of its
+    backward (its B, or its W under "zb-h1").
+
+        "gpipe"         m
+        "1f1b"          min(p - s, m)
+        "interleaved"   min(2(p - s - 1) + (v - 1)·p + 1, v·m)  chunk activations, each 1/v of a stage's
+                        (v = 1: 1F1B's)
+        "zb-h1"         min(p, m)  on every stage: 1F1B's peak (stage 0's)
+    Raises like ``schedule_bubble_fraction``, and ``ValueError`` unless 0 <= ``stage`` < p.
+    """
+
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, checkpoint=False) -> float:
+    """Bytes of activations a stage holds at its peak, for ``held_microbatches`` microbatches in flight.
+
+    Without checkpointing each keeps everything its backward needs: ``held * activation_bytes``.
+    With full activation checkpointing each keeps only its stage input, and one microbatch at a
+    time is recomputed in full: ``held * input_bytes + activation_bytes``. Example: 4 microbatches
+    of a stage saving 34·sbh bytes per layer over 8 layers, input 2·sbh: 1088·sbh without, 280·sbh with.
+
+    Raises ``ValueError`` for a negative number and ``TypeError`` for a non-number or a non-bool
+    ``checkpoint``, naming the argument.
+    """
+
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def recompute_training_flops(num_params, num_tokens) -> float:
+    """FLOPs the hardware runs to train with full activation checkpointing: ``8 * N * D``.
+
+    The 6ND of ``training_flops`` plus one more forward (2ND) to recompute the activations during
+    the backward. Raises like ``training_flops``.
+    """
+
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -> float:
+    """Hardware FLOPs utilisation: the FLOP/s the hardware actually runs over its peak.
+
+    ``8 * N * tokens_per_second / peak`` with full checkpointing (the recomputed forward counts),
+    ``6 * N * tokens_per_second / peak`` without, when it equals ``mfu``. With checkpointing
+    MFU = 3/4 HFU: 1e9 parameters at 10_000 tokens/s on 989e12 FLOP/s -> HFU 0.0809, MFU 0.0607.
+
+    Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
+    """
+
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
