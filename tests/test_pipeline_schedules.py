@@ -442,6 +442,76 @@ def test_interleaved_chunks_talk_only_to_the_ranks_beside_them(world_size):
         assert not peers, f"{log}\ntalked to ranks {peers}, which are not beside rank {r} on the ring"
 
 
+# ## Task 5.6: the accounting (accounting.py's last section) ------------------------------------------
+
+ZB_COSTS = [(1, 1, 1), (2, 2, 1), (3, 2, 1), (1, 2, 1), (2, 1, 1)]  # (F, B, W) with W <= F
+
+
+def accounting_rank(ctx):
+    A = ctx.load("accounting")
+    out = {}
+    for p, v, m in INTERLEAVED_GRID:
+        for name in ("gpipe", "1f1b", "interleaved") if v == 1 else ("interleaved",):
+            out[("bubble", name, p, v, m)] = A.schedule_bubble_fraction(name, p, m, v)
+            for s in range(p):
+                out[("peak", name, p, v, m, s)] = A.schedule_peak_activations(name, p, m, s, v)
+    for p, m in ZB_GRID:
+        for s in range(p):
+            out[("peak", "zb-h1", p, 1, m, s)] = A.schedule_peak_activations("zb-h1", p, m, s)
+        for f, b, w in ZB_COSTS if m >= p else []:
+            out[("bubble", "zb-h1", p, m, f, b, w)] = A.schedule_bubble_fraction("zb-h1", p, m, 1, f, b, w)
+    out["act"] = [A.pipeline_activation_bytes(4, 272, 2, checkpoint=c) for c in (False, True)]
+    out["flops"] = A.recompute_training_flops(1e9, 1e6), A.hfu(1e4, 1e9, 989e12), A.mfu(1e4, 1e9, 989e12)
+    out["hfu-no-checkpoint"] = A.hfu(1e4, 1e9, 989e12, checkpoint=False)
+    return out
+
+
+@pytest.mark.task5_6
+def test_accounting_bubble_and_peak_equal_the_simulated_schedules():
+    """``schedule_bubble_fraction`` and ``schedule_peak_activations`` equal what the simulator measures.
+
+    For every schedule on the grid, the bubble equals 1 - busy / (p x makespan) of the simulated
+    schedules (ZB-H1 with several F, B, W times, W <= F, m >= p) and the peak equals the most
+    (microbatch, chunk) pairs between F and the end of their backward."""
+    got = run_ranks(1, accounting_rank)[0]
+    for key, value in got.items():
+        if key[0] == "peak":
+            _, name, p, v, m, s = key
+            expected = _peak(_oracle(name, p, m, s, v), release="W" if name == "zb-h1" else "B")
+            if name == "gpipe":
+                expected = m
+        elif key[0] == "bubble" and key[1] == "zb-h1":
+            _, name, p, m, f, b, w = key
+            makespan, _ = _simulate([_oracle_zb_h1(p, m, s) for s in range(p)], cost={"F": f, "B": b, "W": w})
+            expected = 1 - m * (f + b + w) / makespan
+        elif key[0] == "bubble":
+            _, name, p, v, m = key
+            if name == "gpipe":
+                stages = [[("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)] for _ in range(p)]
+            else:
+                stages = [_oracle(name, p, m, s, v) for s in range(p)]
+            expected = 1 - 3 * v * m / _simulate(stages, v)[0]
+        else:
+            continue
+        assert value == pytest.approx(expected, abs=1e-12), f"accounting {key}: got {value}, simulated {expected}"
+
+
+@pytest.mark.task5_6
+def test_accounting_checkpointing_memory_and_recompute_flops():
+    """Checkpointing keeps held x input + one microbatch's activations, costs 8ND, and MFU = 3/4 HFU.
+
+    The handout's numbers: 4 microbatches of 272 bytes of activations (8 layers x 34 sbh) with a
+    2-byte input: 1088 bytes without, 4 x 2 + 272 = 280 with; 1e9 parameters on 1e6 tokens: 8e15
+    FLOPs; at 10_000 tokens/s on 989e12 FLOP/s: HFU 0.0809 with recomputation, MFU 0.0607."""
+    got = run_ranks(1, accounting_rank)[0]
+    assert got["act"] == [1088, 280], f"pipeline_activation_bytes(4, 272, 2, checkpoint=False/True): {got['act']}"
+    flops, hardware, model = got["flops"]
+    assert flops == pytest.approx(8e15), f"recompute_training_flops(1e9, 1e6): expected 8e15 (8ND), got {flops}"
+    assert hardware == pytest.approx(8e13 / 989e12), f"hfu(1e4, 1e9, 989e12): expected 0.0809, got {hardware}"
+    assert model == pytest.approx(0.75 * hardware), f"mfu {model} should be 3/4 of hfu {hardware} (6ND vs 8ND)"
+    assert got["hfu-no-checkpoint"] == pytest.approx(model), "hfu(..., checkpoint=False) counts no recompute: = mfu"
+
+
 # ## Bad input ---------------------------------------------------------------------------------------
 
 
@@ -472,6 +542,17 @@ BAD_INPUT = [
              "interleaved", v=2), "ValueError", names="num_microbatches", task="task5_6"),
     BadInput("chunks-with-a-one-chunk-schedule", lambda P, ctx: _train(ctx, P, 2 * ctx.world_size, "1f1b", v=2),
              "ValueError", names="schedule", task="task5_6"),
+    BadInput("accounting-unknown-schedule", lambda P, ctx: ctx.load("accounting").schedule_bubble_fraction("zb", 4, 8),
+             "ValueError", names="schedule", task="task5_6"),
+    BadInput("accounting-zb-fewer-microbatches-than-stages",
+             lambda P, ctx: ctx.load("accounting").schedule_bubble_fraction("zb-h1", 4, 2),
+             "ValueError", names="num_microbatches", task="task5_6"),
+    BadInput("accounting-zb-weight-slower-than-forward",
+             lambda P, ctx: ctx.load("accounting").schedule_bubble_fraction("zb-h1", 4, 8, 1, 1.0, 1.0, 2.0),
+             "ValueError", names="backward_weight_time", task="task5_6"),
+    BadInput("accounting-checkpoint-not-a-bool",
+             lambda P, ctx: ctx.load("accounting").pipeline_activation_bytes(4, 272, 2, checkpoint=1),
+             "TypeError", names="checkpoint", task="task5_6"),
     BadInput("checkpoint-not-a-bool", lambda P, ctx: _train(ctx, P, 2, "1f1b", checkpoint="yes"),
              "TypeError", names="checkpoint", task="task5_6"),
 ]  # fmt: skip

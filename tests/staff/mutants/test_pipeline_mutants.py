@@ -52,7 +52,8 @@ MUTANTS = {
             "pipeline_recompute_without_rng_state",
             "recomputes_with_the_forward_rng_state and 1f1b",
             "draws other dropout masks",
-        ),  # fmt: skip
+        ),
+        Mutant("pipeline_accounting_zb_bubble_as_1f1b", "accounting_bubble", "simulated"),  # fmt: skip
     ],
 }
 
