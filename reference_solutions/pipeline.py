@@ -492,7 +492,7 @@ class PipelineStage:
                 (grad_x,) = torch.autograd.grad(out, x, grad_out, retain_graph=True, allow_unused=True)
         else:
             out.backward(grad_out)
-            grad_x = x.grad
+            grad_x = x.grad if x.is_leaf else None  # global chunk 0's input is a view of the batch: nothing to send
         outgoing = []
         if self._global_chunk(k) > 0:
             grad_x = torch.zeros_like(x) if grad_x is None else grad_x  # an unused input still answers

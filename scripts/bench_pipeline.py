@@ -1,18 +1,24 @@
-"""Pipeline bubbles measured against (p - 1) / (m + p - 1), Gantt charts, and a real MLP step vs torch.
+"""Pipeline bubbles and memory measured against the formulas, Gantt charts, and a real MLP step vs torch.
 
-    python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~1-2 min
+    python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~3 min
     python scripts/bench_pipeline.py --impl student           # your PipelineStage
-    python scripts/bench_pipeline.py --forward-ms 50 --steps 3 --d-model 1024   # steadier, bigger
+    python scripts/bench_pipeline.py --forward-ms 50 --weight-ms 25 --steps 3    # steadier, W = F/2
+    python scripts/bench_pipeline.py --schedules gpipe,1f1b --microbatches 4,8    # a quick look
     torchrun --standalone --nproc_per_node=4 scripts/bench_pipeline.py --backend nccl
 
-Part 1, the bubble. Every stage is synthetic work of fixed length: its forward sleeps F ms and its
-backward 2F ms, so timings are stable even on 2 shared cores. From each stage's ``.timeline`` the
-bubble is 1 - (time spent in actions) / (p x step time), next to the formula; a Gantt chart per
-schedule shows one row per stage (F blue, B orange). Part 2, a real step: ``DeepMLP`` cut into p
-stages, one train step with our GPipe / 1F1B against ``torch.distributed.pipelining``'s
-``ScheduleGPipe`` / ``Schedule1F1B`` on the same stages and batch. Under torchrun, p is the world
-size. Writes out/bench_pipeline_{bubble,step}.csv, out/bench_pipeline_bubble.png and
-out/bench_pipeline_gantt_{gpipe,1f1b}.png.
+Part 1, the bubble. Every stage is synthetic work of fixed length: its forward sleeps F ms, the
+input-gradient half of its backward B ms and the weight-gradient half W ms (a whole backward, B + W),
+so timings are stable even on 2 shared cores; with v chunks per rank each chunk sleeps 1/v of that.
+From each stage's ``.timeline`` the bubble is 1 - (time spent in actions) / (p x step time), next to
+accounting's ``schedule_bubble_fraction`` for GPipe, 1F1B, interleaved 1F1B (v = 2, 4; m a multiple of
+p) and ZB-H1 (m >= p), with each schedule's peak activations. A Gantt chart per schedule shows one row
+per stage (F blue, B orange, W green; a lighter shade per chunk). Part 2, memory: a real ``DeepMLP``
+stage's activation bytes saved for backward at their peak (autograd's saved tensors, distinct
+storages) with and without ``checkpoint=True``, next to ``pipeline_activation_bytes``. Part 3, a real
+step: ``DeepMLP`` cut into p stages, one train step with our GPipe / 1F1B against
+``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B``. Under torchrun, p is the
+world size. Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
+out/bench_pipeline_gantt_<schedule>.png.
 """
 
 from __future__ import annotations
@@ -20,44 +26,51 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
 from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
+from matplotlib.colors import to_rgb
 from torch import nn
 from tqdm import tqdm
 
 from cs336_systems.models import DeepMLP
 
-SCHEDULES = ["gpipe", "1f1b"]
-COLOURS = {"F": "tab:blue", "B": "tab:orange"}
+# (label, schedule, chunks per rank): every schedule of Part 5, as the tables and charts name them.
+RUNS = [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1), ("interleaved-v2", "interleaved", 2),
+        ("interleaved-v4", "interleaved", 4), ("zb-h1", "zb-h1", 1)]  # fmt: skip
+COLOURS = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
 
 
 class _Sleep(torch.autograd.Function):
-    """Forward: sleep ``seconds``; backward: sleep twice that (a backward costs ~2 forwards)."""
+    """Forward: sleep ``forward_s``; backward: sleep ``backward_s``. Identity on the values."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, seconds: float) -> torch.Tensor:
-        ctx.seconds = seconds
-        time.sleep(seconds)
+    def forward(ctx, x: torch.Tensor, forward_s: float, backward_s: float) -> torch.Tensor:
+        ctx.backward_s = backward_s
+        time.sleep(forward_s)
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        time.sleep(2 * ctx.seconds)
-        return grad.clone(), None
+        time.sleep(ctx.backward_s)
+        return grad.clone(), None, None
 
 
 class SyntheticStage(nn.Module):
-    """A stage whose cost is fixed: (mb, 4) -> (mb, 4), with one parameter so it has a grad."""
+    """A chunk whose cost is fixed: (mb, 4) -> (mb, 4). The input's path sleeps F forward and B
+    backward; the weight's path (one parameter) sleeps W backward. A split backward (ZB-H1) asks
+    for the input's gradient (B) and then the weight's (W); a whole backward runs both."""
 
-    def __init__(self, forward_s: float) -> None:
+    def __init__(self, forward_s: float, backward_s: float, weight_s: float) -> None:
         super().__init__()
-        self.forward_s = forward_s
+        self.times = (forward_s, backward_s, weight_s)
         self.scale = nn.Parameter(torch.ones(4))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _Sleep.apply(x * self.scale, self.forward_s)
+        f, b, w = self.times
+        return _Sleep.apply(x, f, b) + _Sleep.apply(self.scale, 0.0, w)  # (mb, 4) + (4,)
 
 
 def _gathered(obj) -> list:
@@ -67,21 +80,26 @@ def _gathered(obj) -> list:
     return out
 
 
-def bubble_rank(rank, world_size, device, impl, microbatches, forward_ms, steps):
-    """For each (m, schedule): the timeline of every stage, times relative to a shared barrier."""
+def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps):
+    """For each (label, m) of ``todo``: every step's timeline of this stage, times relative to a shared
+    barrier, and ``.peak_activations``."""
     P = load_impl(impl, "pipeline")
-    stage = P.PipelineStage(SyntheticStage(forward_ms / 1000).to(device), rank, world_size, nn.MSELoss())
+    by_label = {label: (schedule, v) for label, schedule, v in RUNS}
     results = {}
-    todo = [(m, s) for m in microbatches for s in SCHEDULES]
-    for m, schedule in tqdm(todo, disable=rank != 0, desc=f"bubble, p={world_size}", leave=False):
-        x = torch.randn(m, 4, device=device)  # microbatches of one example: the work is the sleep
+    for label, m in tqdm(todo, disable=rank != 0, desc=f"bubble, p={world_size}", leave=False):
+        schedule, v = by_label[label]
+        chunks = [SyntheticStage(*(t / 1000 / v for t in times_ms)).to(device) for _ in range(v)]
+        stage = P.PipelineStage(chunks if v > 1 else chunks[0], rank, world_size, nn.MSELoss())
+        # Microbatches of one example (the work is the sleep); the input needs a gradient so that
+        # stage 0's B has work too.
+        x = torch.randn(m, 4, device=device, requires_grad=True)
         runs = []
         for _ in range(steps):
             dist.barrier()  # every rank leaves at about the same moment: a common time origin
             origin = time.perf_counter()
-            stage.train_step(x, x, m, schedule=schedule)
-            runs.append([(a.kind, a.microbatch, t0 - origin, t1 - origin) for a, t0, t1 in stage.timeline])
-        results[(m, schedule)] = runs[1:] if steps > 1 else runs  # the first step warms up
+            stage.train_step(x, x.detach(), m, schedule=schedule)
+            runs.append([(a.kind, a.microbatch, a.chunk, t0 - origin, t1 - origin) for a, t0, t1 in stage.timeline])
+        results[(label, m)] = (runs[1:] if steps > 1 else runs, stage.peak_activations)  # the first step warms up
     return _gathered(results)
 
 
@@ -90,6 +108,48 @@ def measured_bubble(timelines: list[list[tuple]]) -> float:
     makespan = max(t1 for tl in timelines for *_, t1 in tl)
     busy = sum(t1 - t0 for tl in timelines for *_, t0, t1 in tl)
     return 1 - busy / (len(timelines) * makespan)
+
+
+class SavedBytes:
+    """Peak bytes of the distinct storages autograd holds for backward (its saved tensors), parameters
+    excluded: what a stage's activations really cost, whatever the implementation keeps them in."""
+
+    def __init__(self, params) -> None:
+        self.skip = {q.untyped_storage().data_ptr() for q in params}
+        self.alive: list[weakref.ref] = []
+        self.peak = 0
+
+    def pack(self, tensor: torch.Tensor):
+        if tensor.untyped_storage().data_ptr() not in self.skip:
+            self.alive = [r for r in self.alive if r() is not None] + [weakref.ref(tensor)]
+            storages = {
+                t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for t in map(weakref.ref.__call__, self.alive)
+            }
+            self.peak = max(self.peak, sum(storages.values()))
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+
+def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m):
+    """Peak saved-activation bytes of this stage per (schedule, checkpoint), with .peak_activations."""
+    P = load_impl(impl, "pipeline")
+    torch.manual_seed(0)
+    module = P.split_into_stages(DeepMLP(layers, d_model, 4 * d_model), world_size)[rank].to(device)
+    x, y = torch.randn(batch, d_model, device=device), torch.randn(batch, d_model, device=device)
+    rows = []
+    for schedule in ("gpipe", "1f1b", "zb-h1"):
+        for checkpoint in (False, True):
+            pipe = P.PipelineStage(module, rank, world_size, nn.MSELoss())
+            meter = SavedBytes(module.parameters())
+            with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
+                pipe.train_step(x, y, m, schedule=schedule, checkpoint=checkpoint)
+            module.zero_grad()
+            rows.append((schedule, checkpoint, pipe.peak_activations, meter.peak))
+    return rows
 
 
 def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
@@ -115,7 +175,7 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
             schedule.step()
 
     rows = []
-    for name in SCHEDULES:
+    for name in ("gpipe", "1f1b"):
         torch_schedule = theirs[name](torch_stage, m, loss_fn=nn.MSELoss())
         candidates = {
             "ours": lambda name=name: ours.train_step(x, y, m, schedule=name),
@@ -138,26 +198,34 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
     return rows
 
 
-def draw_gantt(ax, timelines, title: str) -> None:
+def draw_gantt(ax, timelines, title: str, num_chunks: int = 1) -> None:
     for s, tl in enumerate(timelines):
-        for kind, mb, t0, t1 in tl:
-            ax.broken_barh([(t0 * 1e3, (t1 - t0) * 1e3)], (s - 0.4, 0.8), color=COLOURS[kind], edgecolor="white")
-            ax.text((t0 + t1) / 2 * 1e3, s, str(mb), ha="center", va="center", fontsize=7, color="white")
+        for kind, mb, chunk, t0, t1 in tl:
+            shade = 1 - 0.55 * chunk / max(num_chunks - 1, 1)  # later chunks lighter
+            colour = tuple(1 - shade * (1 - c) for c in to_rgb(COLOURS[kind]))
+            ax.broken_barh([(t0 * 1e3, (t1 - t0) * 1e3)], (s - 0.4, 0.8), color=colour, edgecolor="white")
+            label = f"{mb}.{chunk}" if num_chunks > 1 else str(mb)
+            ax.text((t0 + t1) / 2 * 1e3, s, label, ha="center", va="center", fontsize=6, color="black")
     ax.set_yticks(range(len(timelines)), [f"stage {s}" for s in range(len(timelines))])
     ax.invert_yaxis()
     ax.set_xlabel("time since the step started (ms)")
-    ax.set_title(title + "   (blue: forward, orange: backward, label: microbatch)")
+    ax.set_title(title + "   (F blue, B orange, W green; label: microbatch" + (".chunk)" if num_chunks > 1 else ")"))
 
 
-def formula(impl: str):
-    """The accounting part's bubble formula: the implementation's own, or the reference's if it is a stub."""
-    fn = load_impl(impl, "accounting").pipeline_bubble_fraction
+def accounting(impl: str):
+    """The accounting module with Part 5's formulas: the implementation's own, or the reference's if a stub."""
+    A = load_impl(impl, "accounting")
     try:
-        fn(2, 2)
-        return fn
+        A.schedule_bubble_fraction("1f1b", 2, 2), A.pipeline_activation_bytes(1, 1, 1)
+        return A
     except NotImplementedError:
-        print("(accounting.pipeline_bubble_fraction is not implemented yet: using the reference's formula)")
-        return load_impl("reference", "accounting").pipeline_bubble_fraction
+        print("(accounting's pipeline formulas are not implemented yet: using the reference's)")
+        return load_impl("reference", "accounting")
+
+
+def fits(schedule: str, p: int, m: int) -> bool:
+    """Whether (p, m) suits the schedule: interleaving needs m a multiple of p (and p >= 2)."""
+    return schedule != "interleaved" or (p >= 2 and m % p == 0)
 
 
 def preflight(impl: str) -> None:
@@ -166,6 +234,7 @@ def preflight(impl: str) -> None:
     try:
         P.split_into_stages(nn.Sequential(nn.Identity(), nn.Identity()), 2)
         P.gpipe_schedule(2, 2, 0), P.one_f_one_b_schedule(2, 2, 0)
+        P.interleaved_1f1b_schedule(2, 2, 0, 2), P.zero_bubble_h1_schedule(2, 2, 0)
     except NotImplementedError as exc:
         raise SystemExit(f"--impl {impl}: pipeline is not implemented yet: {exc}") from None
 
@@ -175,72 +244,94 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--stages", default="2,4", help="pipeline sizes p, standalone (under torchrun: world size)")
     parser.add_argument("--microbatches", default="1,2,4,8,16,32", help="microbatch counts m for the bubble table")
-    parser.add_argument("--forward-ms", type=float, default=25.0, help="synthetic forward time F (backward = 2F)")
+    parser.add_argument("--schedules", default=",".join(label for label, _, _ in RUNS), help="which schedules")
+    parser.add_argument("--forward-ms", type=float, default=25.0, help="synthetic forward time F per stage")
+    parser.add_argument("--backward-ms", type=float, default=25.0, help="input-gradient time B (default F)")
+    parser.add_argument("--weight-ms", type=float, default=25.0, help="weight-gradient time W (default F)")
     parser.add_argument("--steps", type=int, default=2, help="steps per measurement (the first warms up)")
     parser.add_argument("--gantt", default="4,8", help="p,m of the Gantt charts (default 4,8)")
     parser.add_argument("--d-model", type=int, default=256, help="width of the real DeepMLP (d_ff = 4 d_model)")
     parser.add_argument("--layers", type=int, default=8, help="residual blocks of the real DeepMLP")
     parser.add_argument("--batch", type=int, default=64, help="batch of the real step")
-    parser.add_argument("--step-microbatches", type=int, default=8, help="m of the real step")
+    parser.add_argument("--step-microbatches", type=int, default=8, help="m of the real step and of the memory")
     parser.add_argument("--step-repeats", type=int, default=5, help="timed real steps (median), after one warm-up")
     args = parser.parse_args()
     stages = [None] if under_torchrun() else [int(p) for p in args.stages.split(",")]
     microbatches = [int(m) for m in args.microbatches.split(",")]
+    labels = args.schedules.split(",")
+    runs = [r for r in RUNS if r[0] in labels]
     gantt_p, gantt_m = (int(v) for v in args.gantt.split(","))
+    times_ms = (args.forward_ms, args.backward_ms, args.weight_ms)
     preflight(args.impl)
-    bubble_of = formula(args.impl)
+    A = accounting(args.impl)
 
-    bubble_rows, step_rows, gantts, curves = [], [], {}, {}
+    def formula(schedule, p, m, v):
+        if schedule == "zb-h1" and (m < p or args.weight_ms > args.forward_ms):
+            return None  # outside ZB-H1's formula (m >= p, W <= F)
+        return 100 * A.schedule_bubble_fraction(schedule, p, m, v, *times_ms)
+
+    bubble_rows, memory_rows, step_rows, gantts, curves = [], [], [], {}, {}
     for p in stages:
-        kw = dict(backend=args.backend, impl=args.impl, microbatches=microbatches, forward_ms=args.forward_ms)
-        per_rank = launch(p or 0, bubble_rank, steps=args.steps, **kw)[0]
-        p = p or dist.get_world_size()
-        for m in microbatches:
-            row = [p, m, 100 * bubble_of(p, m)]
-            for schedule in SCHEDULES:
-                runs = [
-                    [per_rank[s][(m, schedule)][k] for s in range(p)] for k in range(len(per_rank[0][(m, schedule)]))
-                ]
-                row.append(100 * statistics.median(measured_bubble(tl) for tl in runs))
-                curves.setdefault((p, schedule), []).append((m, row[-1]))
+        p_now = p or dist.get_world_size()
+        todo = [(label, m) for label, schedule, v in runs for m in microbatches if fits(schedule, p_now, m)]
+        per_rank = launch(p or 0, bubble_rank, backend=args.backend, impl=args.impl, todo=todo, times_ms=times_ms,
+                          steps=args.steps)[0]  # fmt: skip
+        p = p_now
+        for label, schedule, v in runs:
+            for m in microbatches:
+                if (label, m) not in per_rank[0]:
+                    continue
+                steps = len(per_rank[0][(label, m)][0])
+                timelines = [[per_rank[s][(label, m)][0][k] for s in range(p)] for k in range(steps)]
+                measured = 100 * statistics.median(measured_bubble(tl) for tl in timelines)
+                peak = max(per_rank[s][(label, m)][1] for s in range(p))
+                expected = formula(schedule, p, m, v)
+                diff = None if expected is None else abs(measured - expected)
+                bubble_rows.append([p, label, m, peak, expected, measured, diff])
+                curves.setdefault((p, label), []).append((m, measured, expected))
                 if (p, m) == (gantt_p, gantt_m):
-                    gantts[schedule] = runs[-1]
-            bubble_rows.append([*row, max(abs(row[3] - row[2]), abs(row[4] - row[2]))])
+                    gantts[label] = (timelines[-1], v)
         kw = dict(d_model=args.d_model, layers=args.layers, batch=args.batch, m=args.step_microbatches)
+        memory = launch(p if not under_torchrun() else 0, memory_rank, backend=args.backend, impl=args.impl, **kw)[0]
+        for schedule, checkpoint, held, peak_bytes in memory:
+            memory_rows.append([p, schedule, checkpoint, held, peak_bytes / 2**20])
         for name, ours, theirs in launch(p if not under_torchrun() else 0, step_rank, backend=args.backend,
                                          impl=args.impl, steps=args.step_repeats, **kw)[0]:  # fmt: skip
             step_rows.append([p, name, args.step_microbatches, 1e3 * ours, 1e3 * theirs, ours / theirs])
     if not main_rank():
         return
 
-    headers = ["p", "m", "formula %", "GPipe measured %", "1F1B measured %", "max |diff| (pp)"]
-    print(f"\nBubble, synthetic stages (F = {args.forward_ms:g} ms, B = 2F), {args.backend}:\n")
+    headers = ["p", "schedule", "m", "peak activations", "formula %", "measured %", "|diff| (pp)"]
+    f, b, w = times_ms
+    print(f"\nBubble, synthetic stages (F = {f:g} ms, B = {b:g} ms, W = {w:g} ms), {args.backend}:\n")
     print(format_table(headers, bubble_rows, floatfmt=".1f"))
+    worst = max((r[-1] for r in bubble_rows if r[-1] is not None), default=0.0)
+    print(f"\nlargest |measured - formula|: {worst:.1f} pp")
+    memory_headers = ["p", "schedule", "checkpoint", "peak activations (stage 0)", "saved MiB (stage 0)"]
+    print(f"\nActivations saved for backward on stage 0, DeepMLP({args.layers}, {args.d_model}), batch {args.batch}, "
+          f"m = {args.step_microbatches}:\n")  # fmt: skip
+    print(format_table(memory_headers, memory_rows, floatfmt=".2f"))
     step_headers = ["p", "schedule", "m", "ours ms", "torch.distributed.pipelining ms", "ours / torch"]
     print(f"\nOne train step of DeepMLP({args.layers}, {args.d_model}, {4 * args.d_model}), batch {args.batch}:\n")
     print(format_table(step_headers, step_rows, floatfmt=".2f"))
     write_csv(args.out / "bench_pipeline_bubble.csv", headers, bubble_rows)
+    write_csv(args.out / "bench_pipeline_memory.csv", memory_headers, memory_rows)
     write_csv(args.out / "bench_pipeline_step.csv", step_headers, step_rows)
 
     def draw_curves(ax):
-        for p in sorted({p for p, _ in curves}):
-            ms = [m for m, _ in curves[(p, "gpipe")]]
-            ax.plot(ms, [100 * bubble_of(p, m) for m in ms], "k--", lw=1)
-            for schedule, marker in zip(SCHEDULES, "os"):
-                ax.plot(ms, [b for _, b in curves[(p, schedule)]], marker, label=f"p={p}, {schedule} (measured)")
+        for (p, label), points in sorted(curves.items()):
+            (line,) = ax.plot([m for m, _, _ in points], [b for _, b, _ in points], "o-", label=f"p={p}, {label}")
+            known = [(m, e) for m, _, e in points if e is not None]
+            ax.plot([m for m, _ in known], [e for _, e in known], "--", lw=1, color=line.get_color())
         ax.set(xscale="log", xlabel="microbatches m", ylabel="bubble (% of the step)",
-               title="Measured bubble vs (p - 1) / (m + p - 1) (dashed)")  # fmt: skip
-        ax.legend()
+               title="Measured bubble (dots) vs schedule_bubble_fraction (dashed)")  # fmt: skip
+        ax.legend(fontsize=7, ncol=2)
 
     paths = [save_plot(args.out / "bench_pipeline_bubble.png", draw_curves)]
-    for schedule, timelines in gantts.items():
-        title = f"{'GPipe' if schedule == 'gpipe' else '1F1B'}, p={gantt_p}, m={gantt_m}"
-        paths.append(
-            save_plot(
-                args.out / f"bench_pipeline_gantt_{schedule}.png",
-                lambda ax, tl=timelines, t=title: draw_gantt(ax, tl, t),
-            )
-        )
+    for label, (timelines, v) in gantts.items():
+        title = f"{label}, p={gantt_p}, m={gantt_m}"
+        draw = lambda ax, tl=timelines, t=title, v=v: draw_gantt(ax, tl, t, v)  # noqa: E731
+        paths.append(save_plot(args.out / f"bench_pipeline_gantt_{label}.png", draw))
     print("\nWrote " + ", ".join(str(p) for p in paths))
 
 
