@@ -29,7 +29,7 @@ CONTROL = "broadcast_copies_src_tensor_to_every_rank"
 SELECT = f"({ATTACKED} or {CONTROL}) and float32 and not last"
 
 # name -> (code appended to the module (redefining all_reduce) or prepended (import time), expected text)
-ALL_REDUCE = "\nimport os\n\n\ndef all_reduce(tensor, op='sum', group=None):\n"
+ALL_REDUCE = "\nimport os\n\n\ndef all_reduce(tensor, op='sum', group=None, *, algorithm='auto'):\n"
 CASES = {
     "infinite_loop": (ALL_REDUCE + "    while True:\n        pass\n", "hung: no answer within"),
     "deadlock": (ALL_REDUCE + "    if dist.get_rank() == 0:\n        dist.recv(tensor, src=1)\n", "hung"),
