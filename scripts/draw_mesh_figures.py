@@ -12,6 +12,7 @@ placement_bandwidth.png  Llama 3 405B's bytes per GPU per axis, and their time o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, load_impl  # noqa: E402
+from benchlib import ROOT, load_impl, resolve_impl  # noqa: E402
 
 FIGURES = ROOT / "handouts" / "figures"
 SHAPE = {"dp": 2, "pp": 2, "tp": 2}
@@ -154,7 +155,11 @@ def draw_placement(path: Path, accounting) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--impl", default="reference", help="student, reference, or a package with accounting.py")
+    # The staff checkout uses the reference by default; a student release has only the student package.
+    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+    parser.add_argument(
+        "--impl", default=default, help=f"student, reference, or a package with accounting.py (default {default})"
+    )
     parser.add_argument("--out", type=Path, default=FIGURES, help=f"folder for the PNGs (default {FIGURES})")
     args = parser.parse_args()
     accounting = load_impl(args.impl, "accounting")

@@ -11,8 +11,9 @@ each GPU free for them.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
-from benchlib import format_table, load_impl
+from benchlib import format_table, load_impl, resolve_impl
 
 STAGES = {
     0: "DDP (nothing sharded)",
@@ -42,7 +43,11 @@ def main() -> None:
     parser.add_argument("--optimizer-bytes", type=float, default=12,
                         help="optimizer bytes per parameter (12: fp32 master, Adam m and v)")  # fmt: skip
     parser.add_argument("--reserve", type=float, default=0.0, help="share of each GPU kept for activations (0-1)")
-    parser.add_argument("--impl", default="reference", help="student, reference, or a package with accounting.py")
+    # The staff checkout uses the reference by default; a student release has only the student package.
+    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+    parser.add_argument(
+        "--impl", default=default, help=f"student, reference, or a package with accounting.py (default {default})"
+    )
     args = parser.parse_args()
     if not 0 <= args.reserve < 1:
         parser.error(f"--reserve must be in [0, 1), got {args.reserve}")

@@ -14,8 +14,9 @@ logits, buffers and fragmentation not counted. GB are 1e9 bytes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
-from benchlib import format_table, load_impl
+from benchlib import format_table, load_impl, resolve_impl
 
 # Published dense models (the planner's domain) and the hand-worked examples of the handout.
 PRESETS = {
@@ -82,7 +83,11 @@ def main() -> None:
                              ("--gpu-memory", float, "GB per GPU (1e9 bytes)")]:  # fmt: skip
         parser.add_argument(flag, type=kind, help=text)
     parser.add_argument("--recompute", default="selective", choices=["none", "selective", "full"])
-    parser.add_argument("--impl", default="reference", help="student, reference, or a package with accounting.py")
+    # The staff checkout uses the reference by default; a student release has only the student package.
+    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+    parser.add_argument(
+        "--impl", default=default, help=f"student, reference, or a package with accounting.py (default {default})"
+    )
     args = parser.parse_args()
     accounting = load_impl(args.impl, "accounting")
     if args.preset:
