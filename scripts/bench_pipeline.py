@@ -1,6 +1,6 @@
 """Pipeline bubbles and memory measured against the formulas, Gantt charts, and a real MLP step vs torch.
 
-    python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~3 min
+    python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~5 min
     python scripts/bench_pipeline.py --impl student           # your PipelineStage
     python scripts/bench_pipeline.py --forward-ms 50 --weight-ms 25 --steps 3    # steadier, W = F/2
     python scripts/bench_pipeline.py --schedules gpipe,1f1b --microbatches 4,8    # a quick look
@@ -8,7 +8,8 @@
 
 Part 1, the bubble. Every stage is synthetic work of fixed length: its forward sleeps F ms, the
 input-gradient half of its backward B ms and the weight-gradient half W ms (a whole backward, B + W),
-so timings are stable even on 2 shared cores; with v chunks per rank each chunk sleeps 1/v of that.
+so timings are stable even on 2 shared cores; with v chunks per rank each chunk sleeps as long
+(``--chunk-time split``: 1/v of that, where message latency shows).
 From each stage's ``.timeline`` the bubble is 1 - (time spent in actions) / (p x step time), next to
 accounting's ``schedule_bubble_fraction`` for GPipe, 1F1B, interleaved 1F1B (v = 2, 4; m a multiple of
 p) and ZB-H1 (m >= p), with each schedule's peak activations. A Gantt chart per schedule shows one row
@@ -80,7 +81,7 @@ def _gathered(obj) -> list:
     return out
 
 
-def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps):
+def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps, split_chunks):
     """For each (label, m) of ``todo``: every step's timeline of this stage, times relative to a shared
     barrier, and ``.peak_activations``."""
     P = load_impl(impl, "pipeline")
@@ -88,7 +89,8 @@ def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps):
     results = {}
     for label, m in tqdm(todo, disable=rank != 0, desc=f"bubble, p={world_size}", leave=False):
         schedule, v = by_label[label]
-        chunks = [SyntheticStage(*(t / 1000 / v for t in times_ms)).to(device) for _ in range(v)]
+        scale = v if split_chunks else 1  # --chunk-time split: a chunk costs 1/v of a stage
+        chunks = [SyntheticStage(*(t / 1000 / scale for t in times_ms)).to(device) for _ in range(v)]
         stage = P.PipelineStage(chunks if v > 1 else chunks[0], rank, world_size, nn.MSELoss())
         # Microbatches of one example (the work is the sleep); the input needs a gradient so that
         # stage 0's B has work too.
@@ -248,6 +250,10 @@ def main() -> None:
     parser.add_argument("--forward-ms", type=float, default=25.0, help="synthetic forward time F per stage")
     parser.add_argument("--backward-ms", type=float, default=25.0, help="input-gradient time B (default F)")
     parser.add_argument("--weight-ms", type=float, default=25.0, help="weight-gradient time W (default F)")
+    parser.add_argument("--chunk-time", choices=["stage", "split"], default="stage",
+                        help="interleaved chunks sleep F, B, W each (stage; the bubble fraction is scale-free, and "
+                        "message latency stays small beside a chunk) or 1/v of them (split: what interleaving "
+                        "really does to a model, v times more messages for v times shorter chunks)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=2, help="steps per measurement (the first warms up)")
     parser.add_argument("--gantt", default="4,8", help="p,m of the Gantt charts (default 4,8)")
     parser.add_argument("--d-model", type=int, default=256, help="width of the real DeepMLP (d_ff = 4 d_model)")
@@ -275,7 +281,7 @@ def main() -> None:
         p_now = p or dist.get_world_size()
         todo = [(label, m) for label, schedule, v in runs for m in microbatches if fits(schedule, p_now, m)]
         per_rank = launch(p or 0, bubble_rank, backend=args.backend, impl=args.impl, todo=todo, times_ms=times_ms,
-                          steps=args.steps)[0]  # fmt: skip
+                          steps=args.steps, split_chunks=args.chunk_time == "split")[0]  # fmt: skip
         p = p_now
         for label, schedule, v in runs:
             for m in microbatches:
