@@ -185,9 +185,7 @@ class TensorParallelMLP(nn.Module):
     ``sequence_parallel=True``: x (s/T, ..., d_model) is this rank's chunk of dim 0 (the sequence)
     -> (s/T, ..., d_model), this rank's chunk of the output. One all-gather (dim 0, before fc1) and
     one reduce-scatter (dim 0, after fc2) in forward, one of each in backward, no all-reduce. The
-    fc2 bias, replicated, gets the full gradient on every rank without extra communication: each
-    rank adds b/T to its partial sum before the reduce-scatter, and that add's backward is the
-    identity on the gradient that the backward all-gather made whole on every rank.
+    replicated fc2 bias gets its full gradient on every rank with no extra collective (handout §4.4).
     """
 
     def __init__(self, d_model: int, d_ff: int, *, sequence_parallel: bool = False,
