@@ -22,6 +22,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visi
 from scripts.grading.runner import RunRecord, Settings, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
 from tests.harness import defaults
-from tests.harness.limits import become_subreaper
+from tests.harness.limits import become_subreaper, die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -191,7 +192,22 @@ def _batch(args) -> int:
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
+def _end_on_signals() -> None:
+    """SIGTERM, SIGINT and SIGHUP unwind this process, so the cleanup in ``finally`` ends every process it
+    started (pytest's process group, rank workers, anything a submission forked: this is a subreaper).
+    The parent's death sends SIGTERM here (Linux), so a killed batch or shell takes its grades down too."""
+
+    def stop(signum, _frame):
+        signal.signal(signum, signal.SIG_IGN)  # a second signal must not interrupt the cleanup itself
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    die_with_parent(signal.SIGTERM)
+
+
 def main(argv=None) -> int:
+    _end_on_signals()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submission", nargs="?", type=Path, help="a zip, or a folder holding cs336_systems/")
     p.add_argument("--out", type=Path, default=Path("results.json"), help="results file (default results.json)")

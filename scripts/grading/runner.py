@@ -29,7 +29,7 @@ from pathlib import Path
 from scripts.grading import channel
 from scripts.grading.sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox
 from tests.harness import defaults
-from tests.harness.limits import cap
+from tests.harness.limits import cap, die_with_parent
 
 MAX_RESTARTS = 25
 KEEP_LOG = 20000  # characters of pytest's own stdout kept for staff (never shown to students)
@@ -175,6 +175,7 @@ def _limits(settings: Settings):
         if settings.worker_memory_mb:
             cap(resource.RLIMIT_AS, max(4 * settings.worker_memory_mb, 16384) << 20)
         cap(resource.RLIMIT_CORE, 0)
+        die_with_parent()  # a SIGKILLed grader takes pytest along, and pytest its rank workers
 
     return apply
 

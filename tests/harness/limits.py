@@ -45,9 +45,9 @@ def _prctl(option: int, arg: int) -> bool:
         return False
 
 
-def die_with_parent() -> bool:
-    """This process gets SIGKILL when its parent dies (Linux)."""
-    return _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def die_with_parent(sig: int = signal.SIGKILL) -> bool:
+    """This process gets ``sig`` (default SIGKILL) when its parent dies (Linux)."""
+    return _prctl(PR_SET_PDEATHSIG, sig)
 
 
 def make_undumpable() -> bool:
