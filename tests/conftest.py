@@ -45,6 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("--deadline", d.env_deadline(),
          f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
          {"type": float}),
+        ("--comm-trace", os.environ.get("CS336_TRACE"),
+         "directory: every CommRecorder writes a Chrome-trace JSON of its rank's calls there (tests/harness/trace.py)",
+         {}),
     ]  # fmt: skip
     for name, default, help_text, extra in options:
         group.addoption(name, default=default, help=help_text, **extra)
@@ -57,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Ranks started later inherit these, so the workers agree with the parent.
     os.environ[defaults.ENV_IMPL] = CONFIG.impl
     os.environ[defaults.ENV_BACKEND] = CONFIG.backend
+    if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
+        os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))
     for part, count in TASKS.items():
         for task in range(1, count + 1):
             config.addinivalue_line("markers", f"task{part}_{task}: handout task {part}.{task}")

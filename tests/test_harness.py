@@ -273,3 +273,25 @@ def test_every_run_starts_from_the_same_per_rank_random_state(world_size):
         seeded = torch.rand(3, generator=torch.Generator().manual_seed(rank))
         assert torch.equal(first[rank], seeded), f"rank {rank} was not seeded with {rank}"
     assert not torch.equal(first[0], first[1]), "ranks 0 and 1 drew the same numbers"
+
+
+def test_trace_spans_an_async_call_from_its_issue_to_its_wait(tmp_path):
+    """A traced async call spans issue to wait, carries its group, bytes and in-backward flag, and is a
+    valid Chrome trace (CS336_TRACE / --comm-trace)."""
+    import json
+
+    from tests.harness.recorder import CommEvent
+    from tests.harness.trace import write_rank_trace
+
+    events = [
+        CommEvent(0, "all_reduce", None, (0, 1), 4, 16, "float32", ((4,),), True, True, 10.001),
+        CommEvent(1, "wait", None, (), 0, 0, None, (), False, True, 10.004, waits_for=0),
+    ]
+    path = write_rank_trace(events, 10.0, 10.005, directory=str(tmp_path))
+    trace = json.loads(path.read_text())["traceEvents"]
+    phase, call = trace
+    assert phase["cat"] == "phase" and phase["dur"] == pytest.approx(5000.0), f"phase slice: {phase}"
+    assert call["ts"] == pytest.approx(1000.0) and call["dur"] == pytest.approx(3000.0), (
+        f"the all_reduce should span issue (1 ms) to wait (4 ms): {call}"
+    )
+    assert call["args"]["bytes"] == 16 and call["args"]["group"] == [0, 1] and call["args"]["in_backward"], call

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, Work
 
+from tests.harness import trace as _trace
+
 # ProcessGroup methods that move data, and the group-rank argument position of the peer (p2p).
 _PG_METHODS = [
     "allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "_allgather_base",
@@ -101,11 +103,15 @@ class CommRecorder:
             self._saved[(owner, name)] = vars(owner)[name]
             original = getattr(owner, name)
             setattr(owner, name, wrap(name, original) if wrap else self._wrap_wait(original))
+        if _trace.TRACE_DIR:  # CS336_TRACE=DIR: see tests/harness/trace.py
+            self._started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         for (owner, name), original in self._saved.items():
             setattr(owner, name, original)
+        if _trace.TRACE_DIR:
+            _trace.write_rank_trace(self.events, getattr(self, "_started", 0.0), time.perf_counter())
         self._saved.clear()
         self._handles.clear()
         self._works.clear()
