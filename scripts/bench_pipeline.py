@@ -211,7 +211,8 @@ def draw_gantt(ax, timelines, title: str, num_chunks: int = 1) -> None:
     ax.set_yticks(range(len(timelines)), [f"stage {s}" for s in range(len(timelines))])
     ax.invert_yaxis()
     ax.set_xlabel("time since the step started (ms)")
-    ax.set_title(title + "   (F blue, B orange, W green; label: microbatch" + (".chunk)" if num_chunks > 1 else ")"))
+    ax.set_title(title + "   (F blue, B orange, W green; label: microbatch" + (".chunk)" if num_chunks > 1 else ")"),
+                 fontsize=9)  # fmt: skip
 
 
 def accounting(impl: str):
