@@ -161,6 +161,7 @@ def _env(settings: Settings, sandbox: Path) -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "CS336_WORKER_LOG_LIMIT_MB": str(settings.worker_log_mb),
         "CS336_WORKER_MEMORY_LIMIT_MB": str(settings.worker_memory_mb),
+        "CS336_FAIL_FAST_HANGS": "1",  # one hanging function costs one deadline (tests/harness/pool.py)
     }
     for key, value in os.environ.items():  # what GPU nodes need to find their devices and libraries
         if key.startswith(("CUDA_", "NCCL_", "NVIDIA_")) or key in ("LD_LIBRARY_PATH", "GLOO_SOCKET_IFNAME"):

@@ -43,6 +43,10 @@ from tests.harness.protocol import Status
 from tests.harness.replies import RefusedReply, load_reply
 
 ROOT = Path(__file__).resolve().parents[2]
+# Under the grader (CS336_FAIL_FAST_HANGS=1), once a rank function hangs its later cases fail at once with
+# the same diagnosis, so a submission with one deadlocked function still grades within the time limit.
+FAIL_FAST_HANGS = os.environ.get("CS336_FAIL_FAST_HANGS") == "1"
+HUNG_BEFORE: dict[str, str] = {}  # rank function's module.qualname -> the report of the case that hung
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
@@ -105,6 +109,12 @@ class WorkerPool:
 
     def run(self, fn, args, kwargs, *, impl: str, deadline: float) -> list:
         __tracebackhide__ = True  # the failure message says everything; pool internals are noise
+        name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}"
+        if name in HUNG_BEFORE:  # the grader's time bound: one hang costs one deadline, not one per case
+            raise RankFailure(
+                f"{getattr(fn, '__name__', fn)} not run again: an earlier case of it hung, and it would wait out "
+                f"the deadline again. The earlier case's diagnosis:\n{HUNG_BEFORE[name]}"
+            )
         self.tasks_run += 1
         task = self.tasks_run
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
@@ -125,6 +135,8 @@ class WorkerPool:
             report = self._report(replies, f"{getattr(fn, '__name__', fn)} failed")
             if any(v["status"] in (Status.HUNG, Status.DIED) for v in replies.values()):
                 self.close()  # a rank is stuck or gone: the next test gets a fresh pool
+            if FAIL_FAST_HANGS and any(v["status"] == Status.HUNG for v in replies.values()):
+                HUNG_BEFORE[name] = report
             raise RankFailure(report)
         return [replies[r]["value"] for r in range(self.world_size)]
 
