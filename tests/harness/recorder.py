@@ -16,6 +16,7 @@ happened while autograd was running backward. Waits are events too (``op="wait"`
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -229,4 +230,9 @@ def format_events(events: list[CommEvent], limit: int = 40) -> str:
         lines.append(f"  #{e.index:<3} {e.op}{peer} group={list(e.group_ranks)} {e.numel}x{e.dtype}{flags}")
     if len(events) > limit:
         lines.append(f"  ... {len(events) - limit} more")
+    where = os.environ.get("CS336_TRACE")  # the parent reads it now: --comm-trace sets it after import
+    if where:
+        lines.append(f"  (each rank's timeline: Chrome traces in {where}; python scripts/show_trace.py {where}/*.json)")
+    else:
+        lines.append("  (for a timeline of these calls rerun with --comm-trace DIR; see tests/harness/trace.py)")
     return "\n".join(lines)
