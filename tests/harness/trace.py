@@ -52,7 +52,7 @@ def write_rank_trace(events, start: float, end: float, directory: str | None = N
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_initialized() else 0
-    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    test = ""  # the pooled ranks outlive tests: PYTEST_CURRENT_TEST here is the test that started the pool
     path = Path(directory) / f"{os.getpid()}-rank{rank}-{next(_counter)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     trace = {"traceEvents": chrome_events(events, rank, start, end, label=test or "recorded"),
