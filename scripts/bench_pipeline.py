@@ -16,8 +16,9 @@ p) and ZB-H1 (m >= p), with each schedule's peak activations. A Gantt chart per 
 per stage (F blue, B orange, W green; a lighter shade per chunk). Part 2, memory: a real ``DeepMLP``
 stage's activation bytes saved for backward at their peak (autograd's saved tensors, distinct
 storages) with and without ``checkpoint=True``, next to ``pipeline_activation_bytes``. Part 3, a real
-step: ``DeepMLP`` cut into p stages, one train step with our GPipe / 1F1B against
-``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B``. Under torchrun, p is the
+step: ``DeepMLP`` cut into p stages (2p chunks), one train step with our GPipe / 1F1B / interleaved
+against ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` /
+``ScheduleInterleaved1F1B`` (v = 2). Under torchrun, p is the
 world size. Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
 out/bench_pipeline_gantt_<schedule>.png.
 """
@@ -155,18 +156,15 @@ def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m):
 
 
 def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
-    """Seconds per train step (median, slowest rank) of ours and torch's, both schedules."""
+    """Seconds per train step (median, slowest rank) of ours and torch's: GPipe, 1F1B and, where m is a
+    multiple of p and p >= 2, interleaved 1F1B with v = 2 (``ScheduleInterleaved1F1B``)."""
     from torch.distributed.pipelining import PipelineStage as TorchStage
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     P = load_impl(impl, "pipeline")
-    torch.manual_seed(0)
-    module = P.split_into_stages(DeepMLP(layers, d_model, 4 * d_model), world_size)[rank].to(device)
+    p = world_size
     x, y = torch.randn(batch, d_model, device=device), torch.randn(batch, d_model, device=device)
-    first, last = rank == 0, rank == world_size - 1
-    ours = P.PipelineStage(module, rank, world_size, nn.MSELoss())
-    theirs = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
-    torch_stage = TorchStage(module, rank, world_size, device)
+    first, last = rank == 0, rank == p - 1
 
     def torch_step(schedule):
         if first:
@@ -176,17 +174,27 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
         else:
             schedule.step()
 
+    setups = []  # (name, our schedule, chunks of this rank, torch schedule class)
+    for name, theirs in [("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)]:
+        setups.append((name, name, 1, theirs))
+    if p >= 2 and m % p == 0:
+        setups.append(("interleaved-v2", "interleaved", 2, ScheduleInterleaved1F1B))
     rows = []
-    for name in ("gpipe", "1f1b"):
-        torch_schedule = theirs[name](torch_stage, m, loss_fn=nn.MSELoss())
+    for name, schedule, v, theirs in setups:
+        torch.manual_seed(0)
+        chunks = [c.to(device) for c in P.split_into_stages(DeepMLP(layers, d_model, 4 * d_model), p * v)[rank::p]]
+        ours = P.PipelineStage(chunks if v > 1 else chunks[0], rank, p, nn.MSELoss())
+        torch_stages = [TorchStage(c, rank + k * p, p * v, device) for k, c in enumerate(chunks)]
+        torch_schedule = theirs(torch_stages if v > 1 else torch_stages[0], m, loss_fn=nn.MSELoss())
         candidates = {
-            "ours": lambda name=name: ours.train_step(x, y, m, schedule=name),
+            "ours": lambda stage=ours, schedule=schedule: stage.train_step(x, y, m, schedule=schedule),
             "torch": lambda sched=torch_schedule: torch_step(sched),
         }
         times = {k: [] for k in candidates}
         for i in range(steps + 1):
             for label, fn in candidates.items():  # interleaved, so machine noise hits both alike
-                module.zero_grad()
+                for c in chunks:
+                    c.zero_grad()
                 dist.barrier()
                 start = time.perf_counter()
                 fn()
