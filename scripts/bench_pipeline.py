@@ -15,7 +15,7 @@ accounting's ``schedule_bubble_fraction`` for GPipe, 1F1B, interleaved 1F1B (v =
 p) and ZB-H1 (m >= p), with each schedule's peak activations. A Gantt chart per schedule shows one row
 per stage (F blue, B orange, W green; a lighter shade per chunk). Part 2, memory: a real ``DeepMLP``
 stage's activation bytes saved for backward at their peak (autograd's saved tensors, distinct
-storages) with and without ``checkpoint=True``, next to ``pipeline_activation_bytes``. Part 3, a real
+storages) with and without ``checkpoint=True`` (``pipeline_activation_bytes`` models it). Part 3, a real
 step: ``DeepMLP`` cut into p stages (2p chunks), one train step with our GPipe / 1F1B / interleaved
 against ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` /
 ``ScheduleInterleaved1F1B`` (v = 2). Under torchrun, p is the
