@@ -132,7 +132,8 @@ def test_mesh_slices_match_row_major_order_and_init_device_mesh(world_size):
 
 D_MODEL, D_FF, LAYERS = 8, 16, 3
 OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1}), "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1})}
-HSDP_MESHES = {1: [(1, 1)], 2: [(2, 1), (1, 2)], 3: [(1, 3), (3, 1)], 4: [(2, 2)], 8: [(2, 4)]}  # (replicas R, shards S)
+# (replicas R, shards S) per world size
+HSDP_MESHES = {1: [(1, 1)], 2: [(2, 1), (1, 2)], 3: [(1, 3), (3, 1)], 4: [(2, 2)], 8: [(2, 4)]}
 
 
 def _batches(steps: int, batch: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
