@@ -132,6 +132,9 @@ def main() -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # ranks share few cores; oversubscription makes tests slow and flaky
+    # The first optimizer a process builds imports torch._dynamo (~1.7 s idle, many more on a loaded
+    # machine). Paid here, before the pool is ready, it can no longer push a test past its deadline.
+    import torch._dynamo  # noqa: F401
     rank = _Rank(args, dist.FileStore(args.store, args.world_size))
     conn.send_bytes(pickle.dumps(reply(None, Status.READY, pid=os.getpid())))
 
