@@ -1,4 +1,4 @@
-"""The student package and the staff reference expose the same API (../shared/api-contract.md).
+"""The student package and the staff reference expose the same API (handouts/api.md is generated from the stubs).
 
     pytest tests/staff/test_api_parity.py
 
