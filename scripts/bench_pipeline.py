@@ -18,7 +18,8 @@ stage's activation bytes saved for backward at their peak (autograd's saved tens
 storages) with and without ``checkpoint=True`` (``pipeline_activation_bytes`` models it). Part 3, a real
 step: ``DeepMLP`` cut into p stages (2p chunks), one train step with our GPipe / 1F1B / interleaved
 against ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` /
-``ScheduleInterleaved1F1B`` (v = 2). Under torchrun, p is the
+``ScheduleInterleaved1F1B`` (v = 2), and our ZB-H1 against ``ScheduleInterleavedZeroBubble`` (one stage
+per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V) on the same model. Under torchrun, p is the
 world size. Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
 out/bench_pipeline_gantt_<schedule>.png.
 """
@@ -156,44 +157,64 @@ def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m):
 
 
 def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
-    """Seconds per train step (median, slowest rank) of ours and torch's: GPipe, 1F1B and, where m is a
-    multiple of p and p >= 2, interleaved 1F1B with v = 2 (``ScheduleInterleaved1F1B``)."""
+    """Seconds per train step (median, slowest rank) of ours and torch's on the same model: GPipe, 1F1B and,
+    where m is a multiple of p and p >= 2, interleaved 1F1B with v = 2 (``ScheduleInterleaved1F1B``) and our
+    ZB-H1 against torch's two zero-bubble schedules: ``ScheduleInterleavedZeroBubble`` with one stage per rank
+    (the same placement as ours) and ``ScheduleZBVZeroBubble``, whose 2p chunks sit in a V (rank r holds
+    chunks r and 2p - 1 - r, so stage 0 also computes the loss)."""
     from torch.distributed.pipelining import PipelineStage as TorchStage
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    from torch.distributed.pipelining import (
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
+    )
 
     P = load_impl(impl, "pipeline")
     p = world_size
     x, y = torch.randn(batch, d_model, device=device), torch.randn(batch, d_model, device=device)
     first, last = rank == 0, rank == p - 1
 
-    def torch_step(schedule):
-        if first:
+    def torch_step(schedule, v_shape=False):
+        if first and v_shape:  # the V puts the first and the last chunk on rank 0
+            schedule.step(x, target=y, losses=[])
+        elif first:
             schedule.step(x)
-        elif last:
+        elif last and not v_shape:
             schedule.step(target=y, losses=[])
         else:
             schedule.step()
 
-    setups = []  # (name, our schedule, chunks of this rank, torch schedule class)
-    for name, theirs in [("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)]:
-        setups.append((name, name, 1, theirs))
+    # (name, our schedule, our chunks per rank, torch schedule class, torch's chunk indices on this rank)
+    setups = [(name, name, 1, theirs, [rank]) for name, theirs in [("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)]]
     if p >= 2 and m % p == 0:
-        setups.append(("interleaved-v2", "interleaved", 2, ScheduleInterleaved1F1B))
+        setups.append(("interleaved-v2", "interleaved", 2, ScheduleInterleaved1F1B, [rank, rank + p]))
+        setups.append(("zb-h1 vs InterleavedZeroBubble", "zb-h1", 1, ScheduleInterleavedZeroBubble, [rank]))
+        setups.append(("zb-h1 vs ZBVZeroBubble", "zb-h1", 1, ScheduleZBVZeroBubble, [rank, 2 * p - 1 - rank]))
     rows = []
-    for name, schedule, v, theirs in setups:
+    for name, schedule, v, theirs, placement in setups:
         torch.manual_seed(0)
-        chunks = [c.to(device) for c in P.split_into_stages(DeepMLP(layers, d_model, 4 * d_model), p * v)[rank::p]]
+        model = DeepMLP(layers, d_model, 4 * d_model)
+        chunks = [c.to(device) for c in P.split_into_stages(model, p * v)[rank::p]]
         ours = P.PipelineStage(chunks if v > 1 else chunks[0], rank, p, nn.MSELoss())
-        torch_stages = [TorchStage(c, rank + k * p, p * v, device) for k, c in enumerate(chunks)]
-        torch_schedule = theirs(torch_stages if v > 1 else torch_stages[0], m, loss_fn=nn.MSELoss())
+        torch_chunks = chunks
+        if len(placement) != v:  # torch cuts the same model into as many chunks as its placement needs
+            every = P.split_into_stages(model, p * len(placement))
+            torch_chunks = [every[i].to(device) for i in placement]
+        total = p * len(placement)
+        torch_stages = [TorchStage(c, i, total, device) for c, i in zip(torch_chunks, placement)]
+        multi = len(placement) > 1 or theirs is ScheduleInterleavedZeroBubble  # a "Multi" schedule takes a list
+        torch_schedule = theirs(torch_stages if multi else torch_stages[0], m, loss_fn=nn.MSELoss())
+        v_shape = theirs is ScheduleZBVZeroBubble
         candidates = {
             "ours": lambda stage=ours, schedule=schedule: stage.train_step(x, y, m, schedule=schedule),
-            "torch": lambda sched=torch_schedule: torch_step(sched),
+            "torch": lambda sched=torch_schedule, vs=v_shape: torch_step(sched, vs),
         }
         times = {k: [] for k in candidates}
         for i in range(steps + 1):
             for label, fn in candidates.items():  # interleaved, so machine noise hits both alike
-                for c in chunks:
+                for c in [*chunks, *torch_chunks]:
                     c.zero_grad()
                 dist.barrier()
                 start = time.perf_counter()
