@@ -1,12 +1,16 @@
-"""Draw Chrome-trace files written with CS336_TRACE=DIR (or pytest --comm-trace DIR) as one PNG timeline.
+"""Draw a test's communication trace (written with pytest --comm-trace DIR, or CS336_TRACE=DIR) as a PNG.
 
-    CS336_TRACE=/tmp/tr .venv/bin/python -m pytest tests/test_ddp.py -k bucket --world-sizes 2 -x
-    python scripts/show_trace.py /tmp/tr/*.json --out /tmp/tr.png
+    .venv/bin/python -m pytest tests/test_ddp.py -k overlap --world-sizes 2 -x --comm-trace /tmp/tr
+    python scripts/show_trace.py /tmp/tr/test_ddp.py__test_each_bucket*w2-deep-bucketed*.json
 
-One row per (file, rank); each communication call is a bar from when it returned to when its handle
-was waited on (async calls), orange when it was made inside backward, blue otherwise; the grey bar
-behind is the recorded phase. The same files open in
-https://ui.perfetto.dev or chrome://tracing. (pytest's own --trace is its debugger, hence --comm-trace.)
+One row per process of each file: the judging pytest process (its setup, call and teardown) and each
+rank. On a rank's row the grey bar is a recorded region (named after the rank function) and each
+communication call is a bar from when it returned to when its handle was waited on (async calls):
+orange when it was made inside backward, blue otherwise. Overlapping async calls are drawn in
+thinner sub-rows. The same files open in https://ui.perfetto.dev or chrome://tracing, with every
+call's group, peer, bytes and shapes. Raw per-recording files (``DIR/.ranks/*.json``, left by code
+that records outside pytest) are drawn too, one row each. (pytest's own --trace is its debugger,
+hence --comm-trace.)
 """
 
 from __future__ import annotations
@@ -21,32 +25,53 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("files", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: the first file with .png)")
-    args = parser.parse_args()
-    rows = []
-    for f in sorted(args.files):
-        trace = json.loads(f.read_text())
-        rows.append((f"{f.stem}", trace["traceEvents"]))
-    fig, ax = plt.subplots(figsize=(11, 0.6 * len(rows) + 1.2))
+def rows_of(path: Path) -> list[tuple[str, list[dict]]]:
+    """(row label, its slices) for every process in one trace file."""
+    trace = json.loads(path.read_text())
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "M"}
+    by_pid: dict[int, list[dict]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X":
+            by_pid.setdefault(e["pid"], []).append(e)
+    if len(by_pid) == 1:  # a raw per-recording file: one rank
+        return [(path.stem[:60], next(iter(by_pid.values())))]
+    return [(str(names.get(pid, pid)), events) for pid, events in sorted(by_pid.items())]
+
+
+def draw(rows: list[tuple[str, list[dict]]], out: Path, title: str = "") -> None:
+    fig, ax = plt.subplots(figsize=(11, 0.7 * len(rows) + 1.4))
+    ax.set_title(title, fontsize=8)
     for y, (name, events) in enumerate(rows):
+        lanes = max([e["tid"] for e in events if e["cat"] != "phase"] + [1])
         for e in events:
             ms, dur = e["ts"] / 1e3, e["dur"] / 1e3
             if e["cat"] == "phase":
-                ax.barh(y, dur, left=ms, height=0.8, color="lightgrey")
-            else:
-                ax.barh(y, dur, left=ms, height=0.5, color="tab:orange" if e["cat"] == "backward" else "tab:blue",
-                        edgecolor="black", lw=0.4)  # fmt: skip
-        counts = sum(e["cat"] != "phase" for e in events), sum(e["cat"] == "backward" for e in events)
-        print(f"{name}: {counts[0]} calls, {counts[1]} in backward")
+                ax.barh(y, dur, left=ms, height=0.8, color="lightgrey", edgecolor="grey", lw=0.3)
+                ax.text(ms, y - 0.42, e["name"], fontsize=6, va="bottom", color="dimgrey")
+                continue
+            lane = max(e["tid"], 1) - 1  # sub-row for overlapping async calls
+            height = 0.6 / lanes
+            colour = "tab:orange" if e["cat"] == "backward" else "tab:blue"
+            ax.barh(y - 0.3 + height * (lane + 0.5), dur, left=ms, height=height * 0.9, color=colour,
+                    edgecolor="black", lw=0.3)  # fmt: skip
+        calls = [e for e in events if e["cat"] != "phase"]
+        print(f"{name}: {len(calls)} calls, {sum(e['cat'] == 'backward' for e in calls)} in backward")
     ax.set_yticks(range(len(rows)), [n for n, _ in rows], fontsize=7)
-    ax.set_xlabel("ms since the recorder opened (orange: made inside backward)")
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the test started (orange: made inside backward; grey: recorded regions and phases)")
     fig.tight_layout()
-    out = args.out or args.files[0].with_suffix(".png")
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+", type=Path, help="trace files (one per test, or raw rank files)")
+    parser.add_argument("--out", type=Path, default=None, help="PNG path (default: the first file with .png)")
+    args = parser.parse_args()
+    rows = [row for f in sorted(args.files) for row in rows_of(f)]
+    title = args.files[0].stem if len(args.files) == 1 else f"{len(args.files)} trace files"
+    draw(rows, args.out or args.files[0].with_suffix(".png"), title)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import pytest
 from tests.harness import defaults
 from tests.harness.config import CONFIG
 
+pytest_plugins = ["tests.harness.trace_plugin"]  # --comm-trace: one Chrome trace per test
+
 # Task markers follow the handouts' numbering: part p, task t -> task{p}_{t}. One line per part.
 TASKS = {
     1: 7,  # collectives: broadcast, reduce, all_gather, reduce_scatter, all_reduce, all_to_all, algorithms

@@ -17,6 +17,7 @@ happened while autograd was running backward. Waits are events too (``op="wait"`
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import threading
 import time
@@ -106,13 +107,15 @@ class CommRecorder:
             setattr(owner, name, wrap(name, original) if wrap else self._wrap_wait(original))
         if _trace.TRACE_DIR:  # CS336_TRACE=DIR: see tests/harness/trace.py
             self._started = time.perf_counter()
+            self._label = f"recorded in {sys._getframe(1).f_code.co_name}"  # the rank function that records
         return self
 
     def __exit__(self, *exc) -> None:
         for (owner, name), original in self._saved.items():
             setattr(owner, name, original)
         if _trace.TRACE_DIR:
-            _trace.write_rank_trace(self.events, getattr(self, "_started", 0.0), time.perf_counter())
+            _trace.write_rank_trace(self.events, getattr(self, "_started", 0.0), time.perf_counter(),
+                                    label=getattr(self, "_label", "recorded"))  # fmt: skip
         self._saved.clear()
         self._handles.clear()
         self._works.clear()
@@ -231,8 +234,12 @@ def format_events(events: list[CommEvent], limit: int = 40) -> str:
     if len(events) > limit:
         lines.append(f"  ... {len(events) - limit} more")
     where = os.environ.get("CS336_TRACE")  # the parent reads it now: --comm-trace sets it after import
-    if where:
-        lines.append(f"  (each rank's timeline: Chrome traces in {where}; python scripts/show_trace.py {where}/*.json)")
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    if where and test:
+        path = _trace.trace_file_of(where, test)
+        lines.append(
+            f"  (every rank's timeline of these calls: {path}; python scripts/show_trace.py {shlex.quote(str(path))})"
+        )
     else:
         lines.append("  (for a timeline of these calls rerun with --comm-trace DIR; see tests/harness/trace.py)")
     return "\n".join(lines)
