@@ -24,7 +24,7 @@ from scripts.grading.rubric import Rubric, load_rubric
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- points:begin -->", "<!-- points:end -->"
-UNGRADED = {"tests/test_harness.py"}  # tests of the harness itself (marker `harness`), never graded
+UNGRADED = {"tests/test_harness.py", "tests/test_trace.py"}  # the harness's own tests (marker `harness`)
 
 
 def files_of(patterns) -> list[str]:
