@@ -32,6 +32,8 @@ STAFF_ONLY = (
     StaffPath("tests/staff/mutants/", "mutants", grading=False),
     StaffPath("tests/staff/grader/", "grader", grading=False),
     StaffPath("tests/staff/test_api_parity.py", "parity", grading=False),
+    # A second implementation (the reference's work, its own bad-input wording) and its test.
+    StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
     StaffPath("scripts/grade.py", "tool", grading=True),
     StaffPath("scripts/grading/", "tool", grading=True),
