@@ -21,7 +21,9 @@ from tests.harness import assert_close, run_ranks
 from tests.harness.recorder import CommRecorder, calls, format_events
 
 GROUPS = [[1, 3], [0, 2]]  # the first one excludes global rank 0
-pytestmark = pytest.mark.world_sizes(4)
+# Task 7.1: the groups a ProcessMesh makes must work with every earlier part (their own task markers
+# select them with -m; their points are part 7's).
+pytestmark = [pytest.mark.world_sizes(4), pytest.mark.task7_1]
 
 
 def _my_group(ctx) -> tuple[list[int], dist.ProcessGroup]:

@@ -1,42 +1,105 @@
 """Points from one source: the rubric (scripts/grading/rubric.toml). Prints them, writes them into the
 handouts, and checks that everything agrees.
 
-    python -m scripts.grading.points            # the table: points per entry and per handout part
-    python -m scripts.grading.points --write    # rewrite each handout's block between the markers
+    python -m scripts.grading.points            # the tables: per entry, per task, written problems
+    python -m scripts.grading.points --write    # rewrite each handout's points block and section headings
     python -m scripts.grading.points --check    # CI: fail on any disagreement (exit status 1)
 
-A handout carries its part's autograded points between ``<!-- points:begin -->`` and
-``<!-- points:end -->``; ``--write`` replaces that block, ``--check`` fails when it is stale.
-``--check`` also fails when an entry's points are not whole numbers, when a pool with points has no
-test file (its points would silently drop), when a test file of the kit is in no entry (its tests
-would not be graded), or when an entry matches no public test file.
+The rubric gives each part's public points per handout task (``[parts.X.tasks]``: "1.5" = 5); a
+task's points spread over the test functions marked ``task1_5`` (rubric.py scores them so). Hidden
+points are per part. Written problems (``[[written]]``) are graded by hand, outside the autograder.
+
+A handout carries, between ``<!-- points:begin -->`` and ``<!-- points:end -->``, its part's table:
+every task with its points, the hidden tests, the autograded total and the written problems. The
+number in each task's or written problem's section heading (``## 1.5 ring all_reduce (5 pts)``)
+comes from the rubric too. ``--write`` rewrites both; ``--check`` fails when either is stale, and on:
+points that are not whole; tasks that do not add up to the part's points; a task with no test; a
+test (public or hidden) whose cases carry no task marker of its part; a marker naming a task the
+rubric does not list; the rubric's tasks differing from tests/conftest.py's TASKS; a hidden pool with
+points but no test file; a test file in no entry; a written problem whose heading is not found.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
+import io
 import re
 import sys
 from pathlib import Path
 
-from scripts.grading.rubric import Rubric, load_rubric
+from scripts.grading.rubric import Rubric, excluded, load_rubric, tasks_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- points:begin -->", "<!-- points:end -->"
 UNGRADED = {"tests/test_harness.py", "tests/test_trace.py"}  # the harness's own tests (marker `harness`)
+HEADING = re.compile(
+    r"^## (?P<title>.+?)(?P<points>\s*(?:\((?:[^()]*?, )?[\d.]+ (?:pts?|points?)\)|— [\d.]+ points?))?\s*$"
+)
 
 
 def files_of(patterns) -> list[str]:
     return sorted({p for pat in patterns for p in glob.glob(pat, root_dir=ROOT)})
 
 
-def problems(rubric: Rubric) -> list[str]:
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _pts(x: float) -> str:
+    return f"{_fmt(x)} pt" if x == 1 else f"{_fmt(x)} pts"
+
+
+# -- the tests' task markers -----------------------------------------------------------------------------
+
+
+def collect_items() -> list[dict]:
+    """What the grader collects (public and hidden tests, default world sizes), as the grading plugin
+    describes items: nodeid, file, function, markers."""
+    import pytest
+
+    from scripts.grading.plugin import _item_info
+
+    class Collector:
+        items: list[dict] = []
+
+        def pytest_collection_modifyitems(self, session, config, items):
+            for item in items:
+                info = _item_info(item)
+                info["skipped"] = any(m.name == "skip" for m in item.iter_markers())
+                self.items.append(info)
+
+    collector = Collector()
+    args = ["--collect-only", "-q", "-p", "no:cacheprovider", "--impl=reference", "tests/", "tests/staff/hidden",
+            "--ignore=tests/staff/mutants", "--ignore=tests/staff/grader", "--ignore=tests/staff/alt_impl",
+            f"--rootdir={ROOT}"]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.chdir(ROOT):
+        pytest.main(args, plugins=[collector])
+    return collector.items
+
+
+def conftest_tasks() -> dict[int, int]:
+    """tests/conftest.py's TASKS (part -> number of tasks), read as text: the pytest process owns conftest."""
+    text = (ROOT / "tests" / "conftest.py").read_text()
+    body = re.search(r"^TASKS = \{(.*?)^\}", text, re.S | re.M)
+    return {int(k): int(v) for k, v in re.findall(r"^\s*(\d+):\s*(\d+),", body[1] if body else "", re.M)}
+
+
+# -- checks ----------------------------------------------------------------------------------------------
+
+
+def problems(rubric: Rubric, items: list[dict]) -> list[str]:
     found = []
     for part in rubric.parts.values():
         for key in ("points", "hidden_points"):
             if getattr(part, key) != round(getattr(part, key)):
                 found.append(f"[parts.{part.name}] {key} = {getattr(part, key)}: use whole points")
+        if any(v != round(v) for v in part.tasks.values()):
+            found.append(f"[parts.{part.name}.tasks]: use whole points ({part.tasks})")
+        if sum(part.tasks.values()) != part.points:
+            found.append(f"[parts.{part.name}.tasks] add up to {_fmt(sum(part.tasks.values()))}, "
+                         f"not the part's {_fmt(part.points)} points")  # fmt: skip
         if not files_of(part.files):
             found.append(f"[parts.{part.name}]: no public test file matches {list(part.files)}")
         if part.hidden_points and not files_of(part.hidden_files):
@@ -44,38 +107,54 @@ def problems(rubric: Rubric) -> list[str]:
                 f"[parts.{part.name}]: hidden_points = {part.hidden_points:g} but no hidden test file matches "
                 f"{list(part.hidden_files)}; add a hidden test or set hidden_points = 0"
             )
-    tests = files_of(["tests/test_*.py", "tests/staff/hidden/test_*.py"])
-    for path in tests:
+    for path in files_of(["tests/test_*.py", "tests/staff/hidden/test_*.py"]):
         if path not in UNGRADED and rubric.part_of(path) is None:
             found.append(f"{path}: in no entry of the rubric, so never graded")
+    found += _task_problems(rubric, items)
+    want = conftest_tasks()
+    for number in sorted({p.number for p in rubric.parts.values()}):
+        listed = sorted(t for p in rubric.parts.values() if p.number == number for t in p.tasks)
+        expected = [f"{number}.{t}" for t in range(1, want.get(number, 0) + 1)]
+        if listed != expected:
+            found.append(f"part {number}: the rubric's tasks {listed} differ from tests/conftest.py's TASKS {expected}")
+    for w in rubric.written:
+        if w.points != round(w.points):
+            found.append(f"[[written]] {w.heading!r}: use whole points")
+        if _heading_line(w.part, w.heading) is None:
+            found.append(f"[[written]] part {w.part}: no heading '## {w.heading}...' in {handout_of(w.part)}")
     return found
 
 
-def totals(rubric: Rubric) -> dict[int, tuple[float, float]]:
-    """Handout part number -> (public, hidden) points."""
-    out: dict[int, tuple[float, float]] = {}
+def _task_problems(rubric: Rubric, items: list[dict]) -> list[str]:
+    found, marked = [], {}
+    by_number = {}
     for part in rubric.parts.values():
-        pub, hid = out.get(part.number, (0.0, 0.0))
-        out[part.number] = (pub + part.points, hid + part.hidden_points)
-    return out
+        by_number.setdefault(part.number, set()).update(part.tasks)
+    for item in items:
+        found_part = rubric.part_of(item["file"])
+        if found_part is None or excluded(rubric, item) or item["skipped"]:
+            continue
+        part, pool = found_part
+        tasks = tasks_of(item["markers"], part.number)
+        if not tasks:
+            found.append(f"{item['nodeid']}: no task marker of part {part.number} (task{part.number}_<t>): "
+                         "its points would have no task")  # fmt: skip
+        for task in tasks - (set(part.tasks) if pool == "public" else by_number[part.number]):
+            found.append(f"{item['nodeid']}: marked with task {task}, which [parts.{part.name}.tasks] does not list")
+        if pool == "public":
+            for task in tasks:
+                marked.setdefault((part.name, task), 0)
+                marked[(part.name, task)] += 1
+    for part in rubric.parts.values():
+        for task in part.tasks:
+            if (part.name, task) not in marked:
+                found.append(
+                    f"[parts.{part.name}.tasks] task {task}: no public test is marked with it; its points drop"
+                )
+    return found
 
 
-def block(rubric: Rubric, number: int) -> str:
-    rows = [p for p in rubric.parts.values() if p.number == number]
-    lines = [
-        BEGIN,
-        "<!-- written by `python -m scripts.grading.points --write` from scripts/grading/rubric.toml; edit that -->",
-        "",
-        "| autograded | public tests | hidden tests | total |",
-        "|---|---:|---:|---:|",
-    ]
-    for p in rows:
-        lines.append(f"| `{p.name}` | {p.points:g} | {p.hidden_points:g} | {p.points + p.hidden_points:g} |")
-    pub, hid = totals(rubric)[number]
-    if len(rows) > 1:
-        lines.append(f"| **part {number}** | {pub:g} | {hid:g} | {pub + hid:g} |")
-    lines += ["", END]
-    return "\n".join(lines)
+# -- the handouts ------------------------------------------------------------------------------------------
 
 
 def handout_of(number: int) -> Path | None:
@@ -83,17 +162,82 @@ def handout_of(number: int) -> Path | None:
     return found[0] if found else None
 
 
+def _heading_line(number: int, start: str) -> str | None:
+    path = handout_of(number)
+    if path is None:
+        return None
+    return next((ln for ln in path.read_text().splitlines() if ln.startswith(f"## {start}")), None)
+
+
+def _title(number: int, task: str) -> str:
+    """A task's title from its heading, without points: ``1.5 ring all_reduce (5 pts)`` -> ``ring all_reduce``."""
+    line = _heading_line(number, f"{task} ")
+    if line is None:
+        return ""
+    return HEADING.match(line)["title"].removeprefix(f"{task} ").strip()
+
+
+def block(rubric: Rubric, number: int) -> str:
+    parts = [p for p in rubric.parts.values() if p.number == number]
+    public = sum(p.points for p in parts)
+    hidden = sum(p.hidden_points for p in parts)
+    lines = [
+        BEGIN,
+        "<!-- written by `python -m scripts.grading.points --write` from scripts/grading/rubric.toml; edit that -->",
+        "",
+        "| task | what | points |",
+        "|---|---|---:|",
+    ]
+    for p in parts:
+        for task, pts in p.tasks.items():
+            module = f" (`{p.name}.py`)" if len(parts) > 1 else ""
+            lines.append(f"| {task} | {_title(number, task)}{module} | {_fmt(pts)} |")
+    for p in parts:
+        if p.hidden_points:
+            where = f" of `{p.name}`" if len(parts) > 1 else ""
+            lines.append(f"| | hidden tests{where} (other sizes, seeds and settings; shown after grades are published) "
+                         f"| {_fmt(p.hidden_points)} |")  # fmt: skip
+    lines.append(f"| | **autograded** ({_fmt(public)} public + {_fmt(hidden)} hidden) | **{_fmt(public + hidden)}** |")
+    for w in (w for w in rubric.written if w.part == number):
+        label = HEADING.match(f"## {w.heading}")["title"]
+        lines.append(f"| | {label}: graded by hand, not in the autograder's total | {_fmt(w.points)} |")
+    lines += [
+        "",
+        "A task's points are shared by the tests marked with it (`pytest -m task<p>_<t>` runs them).",
+        "",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+def _rewrite_headings(text: str, rubric: Rubric, number: int) -> str:
+    """Put the rubric's points into the headings of the part's tasks and written problems."""
+    wanted = {f"{t} ": (pts, "") for p in rubric.parts.values() if p.number == number for t, pts in p.tasks.items()}
+    wanted.update({w.heading: (w.points, "" if "ritten" in w.heading else "written, ")
+                   for w in rubric.written if w.part == number})  # fmt: skip
+    out = []
+    for line in text.splitlines(keepends=True):
+        m = HEADING.match(line.rstrip("\n"))
+        start = next((s for s in wanted if line.startswith(f"## {s}")), None) if m else None
+        if start is not None:
+            pts, kind = wanted[start]
+            line = f"## {m['title']} ({kind}{_pts(pts)})\n"
+        out.append(line)
+    return "".join(out)
+
+
 def sync(rubric: Rubric, write: bool) -> list[str]:
-    """Rewrite (or check) each handout's block; handouts without markers are skipped."""
+    """Rewrite (or check) each handout's block and headings; handouts without markers are skipped."""
     stale = []
-    for number in sorted(totals(rubric)):
+    for number in sorted({p.number for p in rubric.parts.values()}):
         path = handout_of(number)
         if path is None or BEGIN not in path.read_text():
             continue
         text, table = path.read_text(), block(rubric, number)
         new = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _, table=table: table, text, flags=re.S)
+        new = _rewrite_headings(new, rubric, number)
         if new != text:
-            stale.append(f"{path.relative_to(ROOT)}: points block disagrees with the rubric")
+            stale.append(f"{path.relative_to(ROOT)}: points block or headings disagree with the rubric")
             if write:
                 path.write_text(new)
     return stale
@@ -102,21 +246,22 @@ def sync(rubric: Rubric, write: bool) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite the handouts' points blocks")
+    mode.add_argument("--write", action="store_true", help="rewrite the handouts' points blocks and headings")
     mode.add_argument("--check", action="store_true", help="fail if anything disagrees with the rubric")
     args = parser.parse_args()
     rubric = load_rubric()
-    print("| part | entry | public | hidden |")
+    print("| part | entry | public (per task) | hidden |")
     for p in rubric.parts.values():
-        print(f"| {p.number} | {p.name} | {p.points:g} | {p.hidden_points:g} |")
+        per_task = ", ".join(f"{t}: {_fmt(v)}" for t, v in p.tasks.items())
+        print(f"| {p.number} | {p.name} | {_fmt(p.points)} ({per_task}) | {_fmt(p.hidden_points)} |")
     grand = sum(p.points + p.hidden_points for p in rubric.parts.values())
-    print(f"grader maximum: {grand:g} points")
+    print(f"grader maximum: {grand:g} points; written problems, by hand: {_fmt(sum(w.points for w in rubric.written))}")
     stale = sync(rubric, write=args.write)
     if args.write:
         print("\n".join(f"rewrote {s.split(':')[0]}" for s in stale) or "handouts already current")
         return 0
     if args.check:
-        errors = problems(rubric) + stale
+        errors = problems(rubric, collect_items()) + stale
         for e in errors:
             print(f"FAIL: {e}", file=sys.stderr)
         return 1 if errors else 0

@@ -11,6 +11,7 @@ function's parametrized cases form one entry; its points come from its part's po
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class Part:
     hidden_files: tuple[str, ...]
     weights: dict = field(default_factory=dict, hash=False)
     visibility: dict = field(default_factory=dict, hash=False)
+    tasks: dict = field(default_factory=dict, hash=False)  # "1.5" -> public points, spread over its tests
 
     def pool_of(self, path: str) -> str | None:
         """'public', 'hidden' or None: which of this part's point pools a test file belongs to."""
@@ -51,6 +53,16 @@ class Part:
 
 
 @dataclass(frozen=True)
+class Written:
+    """A written problem or write-up, graded by hand on Gradescope: its handout part, the start of its
+    section heading (after the ``## ``), and its points."""
+
+    part: int
+    heading: str
+    points: float
+
+
+@dataclass(frozen=True)
 class Rubric:
     parts: dict[str, Part]
     partial_credit: bool = True
@@ -59,6 +71,7 @@ class Rubric:
     public_visibility: str = "visible"
     hidden_visibility: str = "after_published"
     max_output_chars: int = 4000
+    written: tuple = ()  # Written(part, heading, points): graded by hand, not in the autograder's maximum
 
     def part_of(self, path: str) -> tuple[Part, str] | None:
         for part in self.parts.values():
@@ -96,7 +109,8 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
         for key in ("number", "points", "files"):
             if key not in spec:
                 raise RubricError(f"{where} needs `{key}`")
-        extra = set(spec) - {"number", "points", "hidden_points", "files", "hidden_files", "weights", "visibility"}
+        extra = set(spec) - {"number", "points", "hidden_points", "files", "hidden_files", "weights", "visibility",
+                             "tasks"}  # fmt: skip
         if extra:
             raise RubricError(f"{where}: unknown key(s) {sorted(extra)}")
         for pat, vis in spec.get("visibility", {}).items():
@@ -105,13 +119,22 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
         for pat, w in spec.get("weights", {}).items():
             if not isinstance(w, (int, float)) or w < 0:
                 raise RubricError(f"{where}.weights: {pat!r} = {w!r} must be a number >= 0")
+        for task, pts in spec.get("tasks", {}).items():
+            if not re.fullmatch(rf"{int(spec['number'])}\.\d+", task) or not isinstance(pts, (int, float)) or pts < 0:
+                raise RubricError(f'{where}.tasks: {task!r} = {pts!r}: want "{spec["number"]}.<t>" = points >= 0')
         parts[name] = Part(
             name=name, number=int(spec["number"]), points=float(spec["points"]),
             hidden_points=float(spec.get("hidden_points", 0)), files=tuple(spec["files"]),
             hidden_files=tuple(spec.get("hidden_files", ())), weights=dict(spec.get("weights", {})),
-            visibility=dict(spec.get("visibility", {})),
+            visibility=dict(spec.get("visibility", {})), tasks=dict(spec.get("tasks", {})),
         )  # fmt: skip
-    rubric = Rubric(parts=parts, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in grading.items()})
+    written = []
+    for i, w in enumerate(raw.get("written", [])):
+        if set(w) != {"part", "heading", "points"} or not isinstance(w["points"], (int, float)):
+            raise RubricError(f"{path}: [[written]] #{i + 1} needs exactly part, heading and points, got {w}")
+        written.append(Written(int(w["part"]), str(w["heading"]), float(w["points"])))
+    settings = {k: (tuple(v) if isinstance(v, list) else v) for k, v in grading.items()}
+    rubric = Rubric(parts=parts, written=tuple(written), **settings)
     for key in ("public_visibility", "hidden_visibility"):
         if getattr(rubric, key) not in VISIBILITIES:
             raise RubricError(f"{path}: [grading] {key} must be one of {sorted(VISIBILITIES)}")
@@ -133,6 +156,7 @@ class Entry:
     function: str
     doc: str
     cases: list[tuple[str, str, str]] = field(default_factory=list)  # (nodeid, outcome, output)
+    tasks: set = field(default_factory=set)  # its part's handout tasks ("1.5") its counted cases are marked with
     max_score: float = 0.0
     score: float = 0.0
 
@@ -147,6 +171,36 @@ class Entry:
 
 def excluded(rubric: Rubric, item: dict) -> bool:
     return bool(set(item["markers"]) & set(rubric.exclude_markers))
+
+
+TASK_MARKER = re.compile(r"task(\d+)_(\d+)")
+
+
+def tasks_of(markers, part_number: int) -> set[str]:
+    """The handout tasks of part ``part_number`` that ``markers`` name: ``task1_5`` -> ``"1.5"``. Markers
+    of another part's tasks (part 7 re-runs parts 2-5 on mesh groups) are for ``-m`` only."""
+    found = (TASK_MARKER.fullmatch(m) for m in markers)
+    return {f"{m[1]}.{m[2]}" for m in found if m and int(m[1]) == part_number}
+
+
+def _spread(part: Part, pool: str, members: list[Entry]) -> None:
+    """Give each entry of ``members`` its max_score. Public tests of a part with ``tasks``: each task's
+    points spread over the test functions marked with it (by weight); otherwise (hidden pools, parts
+    without tasks) the pool's points spread over all its test functions by weight."""
+    weight = part.weight_of
+    if pool == "hidden" or not part.tasks:
+        points = part.hidden_points if pool == "hidden" else part.points
+        total = sum(weight(e.function) for e in members)
+        for e in members:
+            e.max_score = points * weight(e.function) / total if total else 0.0
+        return
+    for e in members:
+        e.max_score = 0.0
+    for task, points in part.tasks.items():
+        having = [e for e in members if task in e.tasks]
+        total = sum(weight(e.function) for e in having)
+        for e in having:
+            e.max_score += points * weight(e.function) / total if total else 0.0
 
 
 def score(rubric: Rubric, items: list[dict], outcomes: dict[str, tuple[str, str]]) -> tuple[list[Entry], list[str]]:
@@ -167,14 +221,15 @@ def score(rubric: Rubric, items: list[dict], outcomes: dict[str, tuple[str, str]
         if outcome == "skipped" and rubric.skipped == "fail":
             outcome = "failed"
         entry.cases.append((item["nodeid"], outcome, output))
+        if outcome != "skipped":
+            entry.tasks |= tasks_of(item["markers"], part.number)
     order = {name: i for i, name in enumerate(rubric.parts)}  # the rubric's order (sharded_optimizer before fsdp)
     ordered = sorted(entries.values(), key=lambda e: (order[e.part.name], e.pool == "hidden", e.file))
     for part in rubric.parts.values():
-        for pool, points in (("public", part.points), ("hidden", part.hidden_points)):
+        for pool in ("public", "hidden"):
             members = [e for e in ordered if e.part is part and e.pool == pool and e.counted]
-            total_weight = sum(part.weight_of(e.function) for e in members)
+            _spread(part, pool, members)
             for e in members:
-                e.max_score = points * part.weight_of(e.function) / total_weight if total_weight else 0.0
                 fraction = e.passed / len(e.counted)
                 if not rubric.partial_credit:
                     fraction = float(fraction == 1.0)

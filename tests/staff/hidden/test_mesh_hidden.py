@@ -26,6 +26,7 @@ from tests.test_mesh import (
 MESHES = {3: [{"dp": 3}, {"a": 1, "b": 3}, {"a": 3, "b": 1, "c": 1}], 6: [{"dp": 2, "tp": 3}, {"a": 3, "b": 2}]}
 
 
+@pytest.mark.task7_1
 @pytest.mark.parametrize("n", [3, 6])
 def test_mesh_with_axes_of_size_three_is_row_major(n):
     """Meshes with an axis of 3 ranks: slices, coordinates and groups follow row-major order."""
@@ -40,6 +41,7 @@ def test_mesh_with_axes_of_size_three_is_row_major(n):
                 assert g["ranks"] == want == g["group_ranks"], f"rank {rank}, mesh {shape}, {axis}: {g}, want {want}"
 
 
+@pytest.mark.task7_3
 def test_three_stage_pipeline_trains_like_one_process():
     """DP 1 x PP 3 x TP 1 with AdamW: every stage's parameters equal one process's after every step."""
     shape = {"dp": 1, "pp": 3, "tp": 1}
@@ -48,6 +50,7 @@ def test_three_stage_pipeline_trains_like_one_process():
     _check_training(outs, shape, "adamw", batches, "pp3")
 
 
+@pytest.mark.task7_3
 def test_zero2_reduce_scatters_instead_of_all_reducing_over_dp():
     """With ZeRO-2 the dp slice sees reduce-scatters and all-gathers of the gradients, never an all-reduce."""
     shape = {"dp": 2, "pp": 1, "tp": 2}
