@@ -21,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,10 +35,12 @@ from pathlib import Path
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility
 from scripts.grading.runner import RunRecord, Settings, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
+from scripts.grading.staff import path_of
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
+HIDDEN_TESTS = path_of("hidden")  # tests/staff/hidden/: only the hidden run's sandbox holds them
 
 
 def _test_files(rubric: Rubric, staff: StaffFiles) -> list[str]:
@@ -99,6 +102,63 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _settings(args, work: Path, budget: float, hidden: bool) -> Settings:
+    select = ("-k", args.select) if args.select else ()
+    return Settings(
+        work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
+        test_timeout=args.test_timeout, budget=budget,
+        worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl" else 4096),
+        run_as=args.run_as, extra_pytest_args=(*select, *(("--grading-redact",) if hidden else ())),
+    )  # fmt: skip
+
+
+def _matching(files: list[str], select: str | None, staff: StaffFiles) -> list[str]:
+    """The files with a test function that ``--select`` (a ``-k`` expression) can match by file and function
+    name: a selection that matches no hidden test costs no hidden run (parameter ids are not looked at)."""
+    if not select:
+        return files
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(select)
+    keep = []
+
+    def matches(key: str) -> bool:
+        return expression.evaluate(lambda word, **_: word.lower() in key)
+
+    for f in files:
+        names = re.findall(r"^def (test_\w+)", staff.files[f].decode(), re.M)
+        if any(matches(f"{f}::{n}".lower()) for n in names):
+            keep.append(f)
+    return keep
+
+
+def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: Path, start: float) -> RunRecord:
+    """The public tests in a sandbox that holds no hidden test, then the hidden tests in a sandbox,
+    pytest process and worker pools of their own, whose failures show no rank output (``--grading-redact``):
+    what a submission can read or print while public tests run cannot contain a hidden test."""
+    files = _test_files(rubric, staff)
+    hidden = _matching([f for f in files if rubric.part_of(f)[1] == "hidden"], args.select, staff)
+    public = [f for f in files if rubric.part_of(f)[1] == "public"]
+    record = run_tests(_settings(args, work / "public", args.timeout, False), staff.without(HIDDEN_TESTS), sub,
+                       public)  # fmt: skip
+    left = args.timeout - (time.monotonic() - start)
+    if not hidden:
+        return record
+    if left <= 0:
+        reason = f"not run: the grader's time budget ({args.timeout:.0f} s) ran out before the hidden tests"
+        record.notes.append(reason)
+        return record
+    secret = run_tests(_settings(args, work / "hidden", left, True), staff, sub, hidden)
+    if not secret.items and args.select:  # a --select that matches no hidden test: nothing to report
+        secret.notes = [n for n in secret.notes if "could not collect" not in n]
+    record.items += secret.items
+    record.outcomes.update(secret.outcomes)
+    record.notes += [n for n in secret.notes if n not in record.notes]
+    record.staff_log += "\n[grader] hidden tests, own sandbox and run:\n" + secret.staff_log
+    record.restarts += secret.restarts
+    return record
+
+
 def grade_one(args) -> int:
     start = time.monotonic()
     become_subreaper()
@@ -116,14 +176,7 @@ def grade_one(args) -> int:
             notes.extend(sub.notes)
             if not sub.modules:
                 notes.append("no part module (collectives.py, ddp.py, ...) was found in the submission")
-            settings = Settings(
-                work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
-                test_timeout=args.test_timeout, budget=args.timeout,
-                worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl"
-                                                                                    else 4096),
-                run_as=args.run_as, extra_pytest_args=("-k", args.select) if args.select else (),
-            )  # fmt: skip
-            record = run_tests(settings, staff, sub, _test_files(rubric, staff))
+            record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
         results = build_results(rubric, record, notes, time.monotonic() - start)
         code = 0 if record.items else 2
     except Exception:  # noqa: BLE001 - the grader itself failed: say so visibly, never a silent 0

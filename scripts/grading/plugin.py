@@ -65,10 +65,32 @@ def _item_info(item: pytest.Item) -> dict:
     }
 
 
+def redacted(excinfo: pytest.ExceptionInfo) -> str:
+    """What a hidden test's failure may show: the test's own assertion message, never the test's source
+    (pytest's traceback quotes it) nor what a rank raised or printed (a submission could put there what
+    it read, e.g. the hidden test file itself)."""
+    exc = excinfo.value
+    if any(c.__name__ == "RankFailure" for c in type(exc).__mro__):  # tests/harness/pool.py
+        return ("a rank did not finish normally (it raised, hung or died); in hidden tests the ranks' "
+                "messages, tracebacks and output are not shown: reproduce it with the public tests")  # fmt: skip
+    if isinstance(exc, AssertionError):
+        message = str(exc).split("\nassert ", 1)[0]  # pytest appends the rewritten expression: test source
+        return f"AssertionError: {message}"
+    return f"{type(exc).__name__} raised while the test judged the results (details not shown for hidden tests)"
+
+
 class GradingReporter:
-    def __init__(self, channel: _Channel):
+    def __init__(self, channel: _Channel, redact: bool = False):
         self.channel = channel
+        self.redact = redact  # the hidden run: failures show redacted() text only
         self.phases: dict[str, dict] = {}
+        self.redacted: dict[str, dict[str, str]] = {}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        yield
+        if self.redact and call.excinfo is not None:
+            self.redacted.setdefault(item.nodeid, {})[call.when] = redacted(call.excinfo)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -88,7 +110,11 @@ class GradingReporter:
         phases = self.phases.pop(nodeid, {})
         failed = [r for r in phases.values() if r.failed]
         call = phases.get("call")
-        if failed:
+        if failed and self.redact:
+            hidden = self.redacted.pop(nodeid, {})
+            outcome = "failed"
+            text = "\n".join(f"[{r.when}] {hidden.get(r.when, 'failed (details not shown)')}" for r in failed)
+        elif failed:
             outcome, text = "failed", "\n".join(f"[{r.when}] {r.longreprtext}" for r in failed)
         elif call is not None and call.passed:
             outcome, text = "passed", ""
@@ -107,6 +133,7 @@ class GradingReporter:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grading-fd", type=int, default=None, help="(grader only) fd of the signed results channel")
     parser.addoption("--grading-key-fd", type=int, default=None, help="(grader only) fd the channel's key comes on")
+    parser.addoption("--grading-redact", action="store_true", help="(grader only) hidden tests: redacted failures")
 
 
 @pytest.hookimpl(trylast=True)
@@ -116,4 +143,5 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     make_undumpable()
     key = _read_key(config.getoption("--grading-key-fd"))
-    config.pluginmanager.register(GradingReporter(_Channel(fd, key)), "cs336-grading-reporter")
+    reporter = GradingReporter(_Channel(fd, key), redact=config.getoption("--grading-redact"))
+    config.pluginmanager.register(reporter, "cs336-grading-reporter")

@@ -4,7 +4,8 @@
     sub = read_submission(Path("sub.zip"))        # only the six part modules, as bytes
     build_sandbox(dest, staff, sub)               # rebuilt from memory before every pytest start
 
-The sandbox holds the tests that reach the grading machine (public and hidden; staff.py says which),
+The sandbox holds the tests that reach the grading machine (staff.py says which; the public run's
+sandbox has no hidden test: ``StaffFiles.without``, and the hidden tests run afterwards in their own),
 the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_systems`` (``__init__``,
 ``models``, ``utils``: always the staff copies) and the student's part modules (or the staff stub
 for a module the submission lacks). It never holds ``reference_solutions``: a placeholder package
@@ -136,6 +137,11 @@ class StaffFiles:
 
     def test_files(self) -> list[str]:
         return sorted(f for f in self.files if f.startswith("tests/") and Path(f).name.startswith("test_"))
+
+    def without(self, prefix: str) -> StaffFiles:
+        """The same files but those under ``prefix``: the public run's sandbox holds no hidden test, so
+        nothing a submission does during it can read one."""
+        return StaffFiles({rel: data for rel, data in self.files.items() if not rel.startswith(prefix)})
 
 
 def build_sandbox(dest: Path, staff: StaffFiles, sub: Submission) -> list[str]:

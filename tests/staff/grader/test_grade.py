@@ -93,13 +93,14 @@ IMPORT_CASES = {
 }
 
 
-def _grade(tmp_path: Path, source: str, timeout: float = 150) -> tuple[dict, float, subprocess.CompletedProcess]:
+def _grade(tmp_path: Path, source: str, timeout: float = 150,
+           select: str = SELECT) -> tuple[dict, float, subprocess.CompletedProcess]:  # fmt: skip
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(source)
     out = tmp_path / "results.json"
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts",
-           "collectives", "--select", SELECT, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
+           "collectives", "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
            "--timeout", "120", "--memory-mb", "3000"]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
     env["CS336_FAKE_OUT"] = str(out)
