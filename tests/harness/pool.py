@@ -47,6 +47,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # the same diagnosis, so a submission with one deadlocked function still grades within the time limit.
 FAIL_FAST_HANGS = os.environ.get("CS336_FAIL_FAST_HANGS") == "1"
 HUNG_BEFORE: dict[str, str] = {}  # rank function's module.qualname -> the report of the case that hung
+# Likewise, once importing an implementation module ends a rank process (os._exit or a crash at import),
+# later tests that load it fail at once instead of paying a new pool each (tests/harness/context.py).
+UNIMPORTABLE: set[str] = set()
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
@@ -84,6 +87,7 @@ class WorkerPool:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # single node: never pick an external NIC
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("PYTHONFAULTHANDLER", "1")
+        env["CS336_IMPORT_MARKERS"] = str(self.tmp)  # RankContext.load marks the import it is in
         for r in range(self.world_size):
             parent_sock, child_sock = socket.socketpair()
             log, stacks = self.tmp / f"rank{r}.log", self.tmp / f"rank{r}.stacks"
@@ -118,7 +122,8 @@ class WorkerPool:
         self.tasks_run += 1
         task = self.tasks_run
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
-               "backend": self.backend, "fresh_group": self.fresh_group}  # fmt: skip
+               "backend": self.backend, "fresh_group": self.fresh_group,
+               "unimportable": sorted(UNIMPORTABLE)}  # fmt: skip
         try:
             payload = pickle.dumps(msg)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -133,12 +138,24 @@ class WorkerPool:
         self.fresh_group = self.always_fresh or not healthy
         if any(v["status"] != Status.OK for v in replies.values()):
             report = self._report(replies, f"{getattr(fn, '__name__', fn)} failed")
+            if FAIL_FAST_HANGS:
+                report += self._note_fatal_imports(replies)  # before close(): it removes the markers
             if any(v["status"] in (Status.HUNG, Status.DIED) for v in replies.values()):
                 self.close()  # a rank is stuck or gone: the next test gets a fresh pool
             if FAIL_FAST_HANGS and any(v["status"] == Status.HUNG for v in replies.values()):
                 HUNG_BEFORE[name] = report
             raise RankFailure(report)
         return [replies[r]["value"] for r in range(self.world_size)]
+
+    def _note_fatal_imports(self, replies: dict[int, dict]) -> str:
+        """Modules a rank died importing (its marker is still there): remembered, and said in the report."""
+        found = set()
+        for r, v in replies.items():
+            marker = self.tmp / f"rank{r}"
+            if v["status"] == Status.DIED and marker.exists():
+                found.add(marker.read_text())
+        UNIMPORTABLE.update(found)
+        return "".join(f"\n(the rank died while importing {m}: later tests that need it fail at once)" for m in found)
 
     def _collect(self, pending: list[int], deadline: float, task) -> dict[int, dict]:
         """Wait for one reply per rank; a rank that does not answer in time is marked hung."""

@@ -100,7 +100,8 @@ class _Rank:
         if msg["fresh_group"]:
             self.join_fresh_group(msg["task"], backend, device)
         torch.manual_seed(self.rank)  # every test starts from the same per-rank random state
-        ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"])
+        ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"],
+                          unimportable=tuple(msg.get("unimportable", ())))  # fmt: skip
         value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -135,6 +136,7 @@ def main() -> None:
     # The first optimizer a process builds imports torch._dynamo (~1.7 s idle, many more on a loaded
     # machine). Paid here, before the pool is ready, it can no longer push a test past its deadline.
     import torch._dynamo  # noqa: F401
+
     rank = _Rank(args, dist.FileStore(args.store, args.world_size))
     conn.send_bytes(pickle.dumps(reply(None, Status.READY, pid=os.getpid())))
 

@@ -90,6 +90,8 @@ CASES = {
 IMPORT_CASES = {
     "sys_exit_at_import": ("import sys\nsys.exit(0)\n", "SystemExit"),
     "exception_at_import": ("raise RuntimeError('broken at import')\n", "broken at import"),
+    # The first case shows how the rank died; later ones fail at once instead of starting new pools.
+    "os_exit_at_import": ("import os\nos._exit(3)\n", ("exited with code 3", "is not imported again")),
 }
 
 
@@ -142,8 +144,12 @@ def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, cas
     head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
     results, seconds, _ = _grade(tmp_path, head + future + code + rest)
     assert results["score"] == 0 and results["tests"], results
+    expected = expect if isinstance(expect, tuple) else (expect,)
     for t in results["tests"]:
-        assert t["status"] == "failed" and expect in t["output"], t["output"]
+        assert t["status"] == "failed" and any(e in t["output"] for e in expected), t["output"]
+    if case == "os_exit_at_import":
+        died = sum(t["output"].count("exited with code 3") for t in results["tests"])
+        assert died <= 2, f"the module ended {died} rank processes: each later case paid a new pool"
 
 
 def test_the_reference_gets_full_marks_and_the_stub_gets_zero(tmp_path):
