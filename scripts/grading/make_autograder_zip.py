@@ -1,11 +1,12 @@
-"""Build the Gradescope autograder zip: setup.sh and run_autograder at its root, the kit under source/.
+"""Build the Gradescope autograder zip: setup.sh, run_autograder and the kit, all at its root.
 
     python -m scripts.grading.make_autograder_zip              # writes out/autograder.zip
 
-The zip holds what grading needs (the tests with the hidden ones, the harness, the stubs and given
-helpers, the grader and its rubric) and nothing staff.py keeps off the grading machine: no copy of
-the reference exists there for a submission to find. Upload it under "Configure Autograder"
-(see handouts/grading.md).
+Gradescope unpacks the zip into /autograder/source (and copies run_autograder to /autograder), so the
+kit sits at the zip's root, where run_autograder expects it. The zip holds what grading needs (the
+tests with the hidden ones, the harness, the stubs and given helpers, the grader and its rubric) and
+nothing staff.py keeps off the grading machine: no copy of the reference exists there for a
+submission to find. Upload it under "Configure Autograder" (see handouts/grading.md).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main() -> None:
             zf.writestr(info, (REPO / "scripts/grading/gradescope" / name).read_bytes())
         kept = [f for f in files if f.startswith(KEEP) and reaches_grading_machine(f) and (REPO / f).is_file()]
         for f in kept:
-            zf.write(REPO / f, f"source/{f}")
+            zf.write(REPO / f, f)  # Gradescope unzips into /autograder/source: the kit must be at the top
     print(f"wrote {args.out} ({len(kept)} source files)")
 
 

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Gradescope runs this once, as root, when building the autograder image (Ubuntu base image).
-# The autograder zip holds this file and run_autograder at its root and the kit under source/;
+# The autograder zip holds this file, run_autograder and the kit at its root (Gradescope unzips it into
+# /autograder/source);
 # build it with: python -m scripts.grading.make_autograder_zip  (see handouts/grading.md).
+# AUTOGRADER_ROOT (default /autograder) and CS336_SKIP_INSTALL=1 (keep the packages already there) let
+# the staff round-trip test run it in a scratch tree.
 set -euo pipefail
-apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
-python3 -m venv /opt/cs336
-# CPU wheels of torch; on a GPU image drop --index-url to get the CUDA build.
-/opt/cs336/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
-/opt/cs336/bin/pip install -q numpy pytest pytest-timeout hypothesis tqdm tomli
+root=${AUTOGRADER_ROOT:-/autograder}
+if [ "${CS336_SKIP_INSTALL:-0}" != 1 ]; then
+    apt-get update -q && apt-get install -y -q python3 python3-pip python3-venv
+    python3 -m venv /opt/cs336
+    # CPU wheels of torch; on a GPU image drop --index-url to get the CUDA build.
+    /opt/cs336/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
+    /opt/cs336/bin/pip install -q numpy pytest pytest-timeout hypothesis tqdm tomli
+    # Student code runs as this unprivileged user, who cannot read the staff source or the results.
+    id -u cs336student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin cs336student
+fi
 # Dependencies only: the kit itself is NOT installed, so reference_solutions is importable from nowhere.
-# Student code runs as this unprivileged user, who cannot read the staff source or the results.
-id -u cs336student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin cs336student
-chmod -R go-rwx /autograder/source
+chmod -R go-rwx "$root/source"
