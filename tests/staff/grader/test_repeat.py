@@ -1,0 +1,27 @@
+"""Repeated grades of the reference give identical scores, alone and two at once (staff only).
+
+    pytest tests/staff/grader/test_repeat.py -v
+
+CI runs a cheap configuration (part 6, 2 grades in a row, 2 at once); the full check is
+``python -m scripts.grading.repeat_grades`` (10 in a row + 2 at once, every part: handouts/grading.md).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.harness.pool import ROOT as REPO
+
+pytestmark = pytest.mark.staff
+
+
+def test_repeated_and_concurrent_grades_of_the_reference_agree_entry_by_entry():
+    """Two grades in a row and two at once give every entry the same score, all full marks."""
+    proc = subprocess.run([sys.executable, "-m", "scripts.grading.repeat_grades", "--times", "2", "--concurrent", "2",
+                           "--parts", "accounting", "--world-sizes", "1"],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "every entry scored the same in every grade" in proc.stdout, proc.stdout[-2000:]
