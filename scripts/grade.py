@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility
-from scripts.grading.runner import RunRecord, Settings, kill_descendants, run_tests
+from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
 from scripts.grading.staff import path_of
 from tests.harness import defaults
@@ -108,7 +108,8 @@ def _settings(args, work: Path, budget: float, hidden: bool) -> Settings:
         work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
         test_timeout=args.test_timeout, budget=budget,
         worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl" else 4096),
-        run_as=args.run_as, extra_pytest_args=(*select, *(("--grading-redact",) if hidden else ())),
+        run_as=args.run_as, python=args.python,
+        extra_pytest_args=(*select, *(("--grading-redact",) if hidden else ())),
     )  # fmt: skip
 
 
@@ -136,6 +137,9 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     """The public tests in a sandbox that holds no hidden test, then the hidden tests in a sandbox,
     pytest process and worker pools of their own, whose failures show no rank output (``--grading-redact``):
     what a submission can read or print while public tests run cannot contain a hidden test."""
+    problem = check_run_as(_settings(args, work, args.timeout, False))
+    if problem:
+        raise RuntimeError(problem)  # the staff's setup, not the submission: "the autograder failed", loudly
     files = _test_files(rubric, staff)
     hidden = _matching([f for f in files if rubric.part_of(f)[1] == "hidden"], args.select, staff)
     public = [f for f in files if rubric.part_of(f)[1] == "public"]
@@ -207,7 +211,8 @@ def _batch(args) -> int:
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
                    "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
                    str(args.rubric.resolve())]  # fmt: skip
-    for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as)):
+    for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as),
+                        ("--python", args.python)):  # fmt: skip
         passthrough += [flag, value] if value else []
 
     def one(sub: Path):
@@ -280,6 +285,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=2400, help="seconds for the whole grade (default 2400)")
     p.add_argument("--memory-mb", type=int, help="address-space cap per rank (default 4096 on gloo, none on nccl)")
     p.add_argument("--run-as", help="run the tests as this unprivileged user (when the grader runs as root)")
+    p.add_argument("--python", help="interpreter for the tests (default: this one); with --run-as, one that user "
+                   "can run, outside an unreadable home (handouts/grading.md)")  # fmt: skip
     p.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="rubric file (default scripts/grading/rubric.toml)")
     p.add_argument("--staff-log", type=Path, help="write pytest's own output and runner events here (for graders)")
     p.add_argument("--keep", action="store_true", help="keep the sandbox folder (for debugging the grader)")

@@ -46,6 +46,7 @@ class Settings:
     worker_memory_mb: int = 4096  # address-space cap of each rank (0: none; CUDA needs none)
     worker_log_mb: int = 64  # cap on what each rank may print
     run_as: str | None = None  # run pytest and the ranks as this (unprivileged) user
+    python: str | None = None  # their interpreter (default: this one); with run_as, one that user can run
     extra_pytest_args: tuple[str, ...] = ()
 
 
@@ -183,13 +184,31 @@ def _limits(settings: Settings):
 
 def _pytest_cmd(settings: Settings, sandbox: Path, selection: list[str], fd: int, key_fd: int) -> list[str]:
     return [
-        sys.executable, "-m", "pytest", *selection, "-p", PLUGIN_NAME, f"--grading-fd={fd}",
+        settings.python or sys.executable, "-m", "pytest", *selection, "-p", PLUGIN_NAME, f"--grading-fd={fd}",
         f"--grading-key-fd={key_fd}",
         "--impl=student", f"--backend={settings.backend}", f"--world-sizes={settings.world_sizes}",
         f"--deadline={settings.deadline}", "-m", "not harness and not staff", "-q", "-rN", "--tb=short",
         "-p", "no:cacheprovider", f"--rootdir={sandbox}", "-c", str(sandbox / "pyproject.toml"),
         "-o", f"timeout={int(settings.test_timeout)}", *settings.extra_pytest_args,
     ]  # fmt: skip
+
+
+def check_run_as(settings: Settings) -> str | None:
+    """Why ``settings.run_as`` cannot grade with ``settings.python`` (None if it can): the user must be able
+    to start the interpreter and import torch and pytest from it (an interpreter under root's home cannot)."""
+    if not settings.run_as:
+        return None
+    python = settings.python or sys.executable
+    try:
+        proc = subprocess.run([python, "-c", "import torch, pytest"], user=settings.run_as,
+                              group=_group_of(settings.run_as), extra_groups=[], capture_output=True, text=True,
+                              timeout=120, cwd="/")  # fmt: skip
+    except (OSError, KeyError, subprocess.SubprocessError) as exc:
+        return f"--run-as {settings.run_as}: cannot run {python} as that user ({exc}); see handouts/grading.md"
+    if proc.returncode != 0:
+        return (f"--run-as {settings.run_as}: {python} cannot import torch and pytest as that user (give it an "
+                f"interpreter it can read: --python, handouts/grading.md):\n{proc.stderr[-1500:]}")  # fmt: skip
+    return None
 
 
 def _prepare_dirs(settings: Settings, sandbox: Path) -> None:
@@ -204,7 +223,8 @@ def _prepare_dirs(settings: Settings, sandbox: Path) -> None:
             os.chown(settings.work / d, pw.pw_uid, pw.pw_gid)
         for p in [sandbox, *sandbox.rglob("*")]:
             p.chmod(0o755 if p.is_dir() else 0o644)
-        settings.work.chmod(0o755)
+        for folder in (settings.work, settings.work.parent):  # the grade's work dir holds public/ and hidden/
+            folder.chmod(0o755)
 
 
 def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, current: dict):

@@ -1,0 +1,127 @@
+"""Grading as an unprivileged user, for real (staff only; needs root, as CI and Gradescope have).
+
+    pytest tests/staff/grader/test_run_as.py -v
+
+The grader runs as root; ``--run-as USER`` runs pytest and every rank as USER, with ``--python`` an
+interpreter USER can run (this one lives under root's home, which USER cannot enter). The test makes
+the user (``cs336grader``) and a grading venv that user can read (a copy of this venv re-pointed at
+Debian's ``/usr/bin/python3.11``, the same minor version), hides the staff checkout from other users
+for the duration, and grades part 6 twice: the reference (full marks), and a submission whose
+``training_memory_bytes`` first tries to read the staff reference and the rubric, to write into the
+checkout and next to the results, and raises "BREACH" if any of it worked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness.pool import ROOT as REPO
+
+pytestmark = pytest.mark.staff
+
+USER = "cs336grader"
+SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+GRADING_VENV = Path("/tmp/cs336-grading-venv")
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (CI and Gradescope grade as root)"
+    if not shutil.which("useradd"):
+        return "needs useradd"
+    if not SYSTEM_PYTHON.exists() or f"{sys.version_info.major}.{sys.version_info.minor}" != "3.11":
+        return "needs /usr/bin/python3.11 of the same minor version as this interpreter"
+    return None
+
+
+@pytest.fixture(scope="module")
+def grading_python() -> str:
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
+    if not (GRADING_VENV / "bin" / "python").exists():  # a copy of this venv the user can read and run
+        shutil.copytree(Path(sys.prefix), GRADING_VENV, symlinks=True)
+        cfg = GRADING_VENV / "pyvenv.cfg"
+        lines = [ln for ln in cfg.read_text().splitlines() if not ln.startswith(("home", "executable", "version"))]
+        cfg.write_text("\n".join([f"home = {SYSTEM_PYTHON.parent}", f"executable = {SYSTEM_PYTHON}", *lines]) + "\n")
+        (GRADING_VENV / "bin" / "python3").unlink()
+        (GRADING_VENV / "bin" / "python3").symlink_to(SYSTEM_PYTHON)
+        subprocess.run(["chmod", "-R", "a+rX", str(GRADING_VENV)], check=True)
+    return str(GRADING_VENV / "bin" / "python")
+
+
+@pytest.fixture
+def hidden_checkout():
+    """The staff checkout unreadable by other users while the test grades (as on Gradescope)."""
+    mode = REPO.stat().st_mode & 0o777
+    REPO.chmod(mode & ~0o007)
+    try:
+        yield
+    finally:
+        REPO.chmod(mode)
+
+
+def _grade(tmp_path: Path, source: str, python: str) -> dict:
+    sub = tmp_path / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    (sub / "accounting.py").write_text(source)
+    out = tmp_path / "results" / "results.json"
+    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "accounting",
+           "--world-sizes", "1", "--run-as", USER, "--python", python]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_the_reference_gets_full_marks_as_an_unprivileged_user(tmp_path, grading_python, hidden_checkout):
+    """Graded as cs336grader with the grading venv, the reference gets full marks (hidden test included)."""
+    results = _grade(tmp_path, (REPO / "reference_solutions" / "accounting.py").read_text(), grading_python)
+    most = sum(t["max_score"] for t in results["tests"])
+    assert results["score"] == pytest.approx(most, abs=0.01) and most > 0, results["output"]
+
+
+def test_the_submission_cannot_read_staff_files_or_write_outside_its_sandbox(tmp_path, grading_python,
+                                                                             hidden_checkout):  # fmt: skip
+    """From a rank, reading the reference or the rubric and writing into the checkout or the results folder fail."""
+    reads = [REPO / "reference_solutions" / "accounting.py", REPO / "scripts" / "grading" / "rubric.toml",
+             REPO / "tests" / "staff" / "hidden" / "test_accounting_hidden.py"]  # fmt: skip
+    writes = [REPO / "pwned-by-submission", tmp_path / "results" / "pwned-by-submission"]
+    attack = f"""
+
+_reference_training_memory_bytes = training_memory_bytes
+
+
+def training_memory_bytes(num_params, **kw):
+    done = []
+    for path in {[str(p) for p in reads]!r}:
+        try:
+            open(path).read(64)
+            done.append("read " + path)
+        except OSError:
+            pass
+    for path in {[str(p) for p in writes]!r}:
+        try:
+            open(path, "w").write("x")
+            done.append("wrote " + path)
+        except OSError:
+            pass
+    if done:
+        raise ValueError("BREACH: " + "; ".join(done))
+    return _reference_training_memory_bytes(num_params, **kw)
+"""
+    (tmp_path / "results").mkdir(parents=True)
+    results = _grade(tmp_path, (REPO / "reference_solutions" / "accounting.py").read_text() + attack, grading_python)
+    assert "BREACH" not in json.dumps(results), json.dumps(results)[:3000]
+    assert not any(p.exists() for p in writes), [p for p in writes if p.exists()]
+    most = sum(t["max_score"] for t in results["tests"])
+    assert results["score"] == pytest.approx(most, abs=0.01), results["output"]
