@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -43,13 +44,21 @@ from tests.harness.protocol import Status
 from tests.harness.replies import RefusedReply, load_reply
 
 ROOT = Path(__file__).resolve().parents[2]
-# Under the grader (CS336_FAIL_FAST_HANGS=1), once a rank function hangs its later cases fail at once with
-# the same diagnosis, so a submission with one deadlocked function still grades within the time limit.
+# Under the grader (CS336_FAIL_FAST_HANGS=1), a hang costs one deadline, not one per case, so a submission
+# with a deadlocked function still grades within the time limit: the implementation's functions the hung
+# ranks were in are watched from then on (HUNG_FUNCTIONS, below); a hang outside them (no frame of the
+# implementation) makes that rank function's later cases fail at once with the same diagnosis.
 FAIL_FAST_HANGS = os.environ.get("CS336_FAIL_FAST_HANGS") == "1"
 HUNG_BEFORE: dict[str, str] = {}  # rank function's module.qualname -> the report of the case that hung
 # Likewise, once importing an implementation module ends a rank process (os._exit or a crash at import),
 # later tests that load it fail at once instead of paying a new pool each (tests/harness/context.py).
 UNIMPORTABLE: set[str] = set()
+# And once a case hangs inside a function of the implementation (the outermost frame of the student's
+# package in a hung rank's stack, e.g. ``cs336_systems.collectives.broadcast``), later calls of that
+# function are watched (context.py): one still running after REHANG_S is taken as the same hang, so
+# every test that needs it costs seconds, not the deadline; calls that return (bad input) are unaffected.
+HUNG_FUNCTIONS: dict[str, str] = {}  # "<impl>.<module>.<function>" -> the rank function that hung in it
+REHANG_S = 3.0
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
@@ -123,7 +132,7 @@ class WorkerPool:
         task = self.tasks_run
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
                "backend": self.backend, "fresh_group": self.fresh_group,
-               "unimportable": sorted(UNIMPORTABLE)}  # fmt: skip
+               "unimportable": sorted(UNIMPORTABLE), "hung_functions": dict(HUNG_FUNCTIONS)}  # fmt: skip
         try:
             payload = pickle.dumps(msg)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
@@ -143,7 +152,11 @@ class WorkerPool:
             if any(v["status"] in (Status.HUNG, Status.DIED) for v in replies.values()):
                 self.close()  # a rank is stuck or gone: the next test gets a fresh pool
             if FAIL_FAST_HANGS and any(v["status"] == Status.HUNG for v in replies.values()):
-                HUNG_BEFORE[name] = report
+                stuck_in = {f for v in replies.values() for f in _hung_in(v.get("stacks", ""), impl)}
+                for function in stuck_in:  # watch those functions wherever they are called from
+                    HUNG_FUNCTIONS.setdefault(function, getattr(fn, "__name__", str(fn)))
+                if not stuck_in:  # hung outside the implementation's functions: skip this rank function
+                    HUNG_BEFORE[name] = report
             raise RankFailure(report)
         return [replies[r]["value"] for r in range(self.world_size)]
 
@@ -162,12 +175,18 @@ class WorkerPool:
         replies: dict[int, dict] = {}
         end = time.monotonic() + deadline
         by_conn = {self.ranks[r].conn: r for r in pending}
+        rehung = {}
         while by_conn:
             now = time.monotonic()
             if not all(v["status"].finished for v in replies.values()):
                 end = min(end, now + ERROR_GRACE_S)
-            ready = wait(list(by_conn), timeout=max(0.0, end - now))
-            if not ready:
+            watching = FAIL_FAST_HANGS and HUNG_FUNCTIONS and task is not None
+            ready = wait(list(by_conn), timeout=max(0.0, min(end - now, 0.5) if watching else end - now))
+            if watching and not ready:
+                rehung = self._hung_again(list(by_conn.values()))
+                if rehung:
+                    break
+            if not ready and (not watching or time.monotonic() >= end):
                 break
             for conn in ready:
                 r = by_conn.pop(conn)
@@ -182,7 +201,23 @@ class WorkerPool:
             )
             for r in hung:
                 replies[r] = {"status": Status.HUNG, "error": f"no answer within the {waited}", "stacks": stacks[r]}
+                if r in rehung:
+                    first = HUNG_FUNCTIONS.get(rehung[r])
+                    replies[r]["error"] = (f"still in {rehung[r]} after {REHANG_S:.0f} s: it hung in an earlier test "
+                                           f"({first}), so it was not waited for again")  # fmt: skip
         return replies
+
+    def _hung_again(self, ranks: list[int]) -> dict[int, str]:
+        """Ranks inside a watched function (one that hung before) for longer than REHANG_S."""
+        found = {}
+        for r in ranks:
+            marker = self.tmp / f"rank{r}.in"
+            try:
+                if time.time() - marker.stat().st_mtime > REHANG_S:
+                    found[r] = marker.read_text()
+            except OSError:
+                pass
+        return found
 
     def _receive(self, r: int, task) -> dict:
         rank = self.ranks[r]
@@ -261,6 +296,21 @@ class WorkerPool:
             r.conn.close()
         self.ranks = []
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _hung_in(stacks: str, impl: str) -> set[str]:
+    """The implementation's outermost function in each thread of a faulthandler dump: the public function
+    the test called (``<impl>.<module>.<function>``), not the helper it was stuck in."""
+    found = set()
+    folder = "/" + impl.replace(".", "/") + "/"
+    for thread in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks):
+        frames = re.findall(r'File "([^"]+)", line \d+ in (\w+)', thread)  # most recent call first
+        mine = [(path, fn) for path, fn in frames if folder in path and path.endswith(".py")]
+        if mine:
+            path, fn = mine[-1]
+            module = path.rsplit(folder, 1)[1].removesuffix(".py").replace("/", ".")
+            found.add(f"{impl}.{module}.{fn}")
+    return found
 
 
 def _tail(path: Path) -> str:

@@ -101,7 +101,8 @@ class _Rank:
             self.join_fresh_group(msg["task"], backend, device)
         torch.manual_seed(self.rank)  # every test starts from the same per-rank random state
         ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"],
-                          unimportable=tuple(msg.get("unimportable", ())))  # fmt: skip
+                          unimportable=tuple(msg.get("unimportable", ())),
+                          hung_functions=msg.get("hung_functions"))  # fmt: skip
         value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -161,3 +161,25 @@ def test_the_reference_gets_full_marks_and_the_stub_gets_zero(tmp_path):
     assert res["score"] == 0
     for t in res["tests"]:
         assert "NotImplementedError: Task 1." in t["output"] and "handouts/01-collectives.md" in t["output"], t
+
+
+DEADLOCKED_BROADCAST = """
+
+def broadcast(tensor, src=0, group=None):
+    dist.recv(tensor, src=1 - dist.get_rank())  # both ranks wait: a deadlock
+    return tensor
+"""
+
+
+def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(tmp_path):
+    """Once broadcast hangs, later tests that call it (from other rank functions) are cut after a few
+    seconds with the same diagnosis, and tests of other functions run by the same rank function still pass."""
+    select = "broadcast_copies or collectives_on_a_subgroup or reduce_sums_into_dst"
+    results, seconds, _ = _grade(tmp_path, REFERENCE + DEADLOCKED_BROADCAST, select=select)
+    tests = _by_name(results)
+    assert tests["test_broadcast_copies_src_tensor_to_every_rank"]["score"] == 0
+    reduce = tests["test_reduce_sums_into_dst_and_leaves_others_unchanged"]
+    assert reduce["score"] == reduce["max_score"] > 0, f"a broadcast hang failed reduce too:\n{reduce['output']}"
+    subgroup = tests["test_collectives_on_a_subgroup_use_global_src_dst_and_group_order"]
+    assert "still in cs336_systems.collectives.broadcast after" in subgroup["output"], subgroup["output"]
+    assert seconds < 150, f"grading took {seconds:.0f} s"
