@@ -98,9 +98,9 @@ def fsdp_train_rank(ctx, name: str, dtype_name: str, opt_name: str):
     return history, sorted(matmuls.dtypes), shard_dtypes
 
 
-def fsdp_oracle(name: str, world_size: int, opt_name: str):
-    """Per step: each rank's loss before the step, and the state dict after it (plain model, AdamW
-    on the mean of the ranks' grads)."""
+def fsdp_oracle(name: str, world_size: int, opt_name: str, ranks: list[int] | None = None):
+    """Per step: each rank's loss before the step, and the state dict after it (plain model, the optimizer
+    on the mean of the ranks' grads). ``ranks``: whose batches make the step (default all of them)."""
     model = make_fsdp_model(name)
     cls, kwargs = FSDP_OPTIMIZERS[opt_name]
     opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
@@ -108,7 +108,7 @@ def fsdp_oracle(name: str, world_size: int, opt_name: str):
     for step in range(FSDP_STEPS):
         grads = {id(p): torch.zeros_like(p) for p in model.parameters()}
         losses = []
-        for rank in range(world_size):
+        for rank in ranks if ranks is not None else range(world_size):
             model.zero_grad()
             x, y = fsdp_batch(name, step, rank)
             losses.append(torch.nn.functional.mse_loss(model(x), y))

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from tests.harness import assert_close, run_ranks
-from tests.test_fsdp import FSDP_OPTIMIZERS, fsdp_batch, make_fsdp_model
+from tests.test_fsdp import FSDP_OPTIMIZERS, FSDP_STEPS, fsdp_batch, fsdp_oracle, make_fsdp_model
 
 GROUPS = [[0, 1], [2, 3]]
-STEPS = 3
+STEPS = FSDP_STEPS  # as many as the oracle takes
 
 
 def fsdp_group_train_rank(ctx, name: str, opt_name: str):
@@ -39,31 +39,6 @@ def fsdp_group_train_rank(ctx, name: str, opt_name: str):
     return history
 
 
-def group_oracle(name: str, members: list[int], opt_name: str):
-    """Per step: each member's loss, and the plain model's state after the optimizer on the members' mean grad."""
-    model = make_fsdp_model(name)
-    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
-    opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
-    history = []
-    for step in range(STEPS):
-        grads = {id(p): torch.zeros_like(p) for p in model.parameters()}
-        losses = []
-        for rank in members:
-            model.zero_grad()
-            x, y = fsdp_batch(name, step, rank)
-            losses.append(torch.nn.functional.mse_loss(model(x), y))
-            losses[-1].backward()
-            for p in model.parameters():
-                if p.grad is not None:
-                    grads[id(p)] += p.grad / len(members)
-        for p in model.parameters():
-            p.grad = grads[id(p)] if p.requires_grad else None
-        opt.step()
-        state = {k: v.clone() for k, v in model.state_dict().items()}
-        history.append({"losses": [loss.detach() for loss in losses], "state": state})
-    return history
-
-
 @pytest.mark.task3_3
 @pytest.mark.world_sizes(4)
 @pytest.mark.parametrize("name", ["deep_mlp", "tied"])
@@ -74,7 +49,7 @@ def test_two_fsdp_groups_each_train_like_a_plain_model_on_their_own_batches(worl
     deep model has replicated biases and LayerNorms, the tied one a shared and a frozen weight."""
     outs = run_ranks(world_size, fsdp_group_train_rank, name, "sgd")
     for members in GROUPS:
-        for step, expected in enumerate(group_oracle(name, members, "sgd")):
+        for step, expected in enumerate(fsdp_oracle(name, len(members), "sgd", ranks=members)):
             for i, r in enumerate(members):
                 where = f"rank {r} (FSDP group {members}), {name}, step {step}"
                 assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss")
