@@ -114,6 +114,7 @@ def _per_test_deadline(request: pytest.FixtureRequest):
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    from tests.harness.pool import shutdown_pools
+    from tests.harness import pool
 
-    shutdown_pools()
+    if not pool.KEEP_POOLS:  # the staff mutant server (tests/staff/mutants/server.py) reuses them
+        pool.shutdown_pools()

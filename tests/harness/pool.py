@@ -329,6 +329,7 @@ def _strip_harness_frames(tb: str) -> str:
 
 
 _POOLS: dict[tuple[int, str], WorkerPool] = {}
+KEEP_POOLS = False  # True: a pytest session's end leaves the pools running for the next one in this process
 
 
 def get_pool(world_size: int, backend: str) -> WorkerPool:

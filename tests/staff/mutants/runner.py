@@ -12,7 +12,10 @@ Every ``test_<idea>_mutants.py`` is a table of ``Mutant`` rows and that one test
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -43,13 +46,61 @@ class SuiteRun:
 
 def run_suite(impl: str, *selection: str, world_sizes: str = "2", deadline: float = 20, timeout: float = 240,
               extra: tuple[str, ...] = ()) -> SuiteRun:  # fmt: skip
-    """``pytest <selection> --impl <impl>`` in a subprocess (its own worker pools); output and time."""
-    cmd = [sys.executable, "-m", "pytest", *selection, f"--impl={impl}", f"--world-sizes={world_sizes}",
-           f"--deadline={deadline}", "-q", "-x", "--no-header", "-p", "no:cacheprovider", *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    """``pytest <selection> --impl <impl>``, run by the suite server (one pytest process kept for the whole
+    staff session, tests/staff/mutants/server.py); its output and time. ``CS336_SUITE_SERVER=0``: a fresh
+    ``python -m pytest`` subprocess for each run instead (slower, for when the server is in doubt)."""
+    args = [*selection, f"--impl={impl}", f"--world-sizes={world_sizes}", f"--deadline={deadline}", "-q", "-x",
+            "--no-header", "-p", "no:cacheprovider", *extra]  # fmt: skip
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    return SuiteRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    if os.environ.get("CS336_SUITE_SERVER", "1") == "0":
+        proc = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=ROOT, env=_suite_env(), capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start)
+    returncode, output = _SERVER.run(args, timeout)
+    return SuiteRun(returncode, output, time.monotonic() - start)
+
+
+def _suite_env() -> dict[str, str]:
+    """This environment without the suite's own settings: the selection's options alone decide."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+
+
+class _SuiteServer:
+    """The client side of tests/staff/mutants/server.py: started on first use, restarted after a timeout."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def run(self, args: list[str], timeout: float) -> tuple[int, str]:
+        if self.proc is None or self.proc.poll() is not None:
+            cmd = [sys.executable, "-m", "tests.staff.mutants.server"]
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_suite_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         text=True)  # fmt: skip
+        self.proc.stdin.write(json.dumps({"args": args}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:  # timed out, or the server died: the next run starts a new one
+            self.close(kill=True)
+            raise subprocess.TimeoutExpired(["pytest", *args], timeout)
+        reply = json.loads(line)
+        return reply["returncode"], reply["output"]
+
+    def close(self, kill: bool = False) -> None:
+        """End of input lets the server close its pools; a kill ends its ranks too (they die with it)."""
+        if self.proc is None:
+            return
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=1 if kill else 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+_SERVER = _SuiteServer()
+atexit.register(_SERVER.close)
 
 
 def assert_mutant_killed(impl: str, *selection: str, expect: str, names: tuple[str, ...] = (), within: float = 120,
