@@ -5,8 +5,9 @@
     torchrun --standalone --nproc_per_node=8 scripts/bench_collectives.py --backend nccl
 
 For each message size M (float32) it times ``all_reduce(x, algorithm=a)`` for the ring, recursive
-doubling and "auto", and the built-in, interleaved (round after round, so machine noise hits all
-alike; medians over rounds of medians over iterations, each iteration's time the slowest rank's):
+doubling and "auto", and the built-in, interleaved (round after round of one call each, the ops taking
+turns at going first, so machine noise hits all alike; each op's median over the rounds, each call's
+time the slowest rank's):
     bus bandwidth   busbw = M / t * 2(N-1)/N   (what each link carries in a ring; comparable
                                                across N and algorithms, as in nccl-tests)
     ratio           busbw / built-in busbw  (= built-in time / our time)
@@ -33,39 +34,38 @@ ALGORITHMS = ["ring", "recursive_doubling", "auto"]
 BUILTIN = "built-in"
 
 
-def _time(op, x: torch.Tensor, iters: int, device: torch.device) -> float:
-    """Median seconds per call; every rank agrees on the slowest rank's time (a max all-reduce)."""
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        start = time.perf_counter()
-        op(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the collective ends when its slowest rank does
-        times.append(elapsed.item())
-    return statistics.median(times)
+def _time_once(op, x: torch.Tensor, device: torch.device) -> float:
+    """Seconds for one call, started together (a barrier) and ended by the slowest rank (a max all-reduce)."""
+    dist.barrier()
+    start = time.perf_counter()
+    op(x)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # every rank agrees on the slowest rank's time
+    return elapsed.item()
 
 
-def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], iters: int, rounds: int):
+def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], samples: int):
+    """Per size: ``samples`` (more where a call is cheap) rounds of one call of every op, the ops taking turns
+    at going first, so a slow spell of the machine hits every op alike; each op's median over the rounds."""
     C = load_impl(impl, "collectives")
     ops = {a: (lambda x, a=a: C.all_reduce(x, algorithm=a)) for a in ALGORITHMS}
     ops[BUILTIN] = dist.all_reduce
+    names = list(ops)
     backend = dist.get_backend()
     alpha, beta = C.ALPHA_BETA.get(backend, C.ALPHA_BETA["gloo"])
     rows = []
     for size in tqdm(sizes, disable=rank != 0, desc=f"world {world_size}", leave=False):
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
-        n_iters = max(iters, min(30, (16 << 20) // size))  # more repeats where a call is cheap
         for op in ops.values():  # warm up every op (connections, allocator)
             op(x)
-        per_round = {name: [] for name in ops}
-        for _ in range(rounds):  # interleaved, so that machine noise hits every op alike
-            for name, op in ops.items():
-                per_round[name].append(_time(op, x, n_iters, device))
+        times = {name: [] for name in names}
+        for i in range(max(samples, min(4 * samples, (64 << 20) // size))):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                times[name].append(_time_once(ops[name], x, device))
         chosen = C.choose_all_reduce_algorithm(size, world_size, alpha=alpha, beta=beta)
-        rows.append((size, {name: statistics.median(t) for name, t in per_round.items()}, chosen))
+        rows.append((size, {name: statistics.median(t) for name, t in times.items()}, chosen))
     return {"rows": rows, "alpha_beta": (alpha, beta), "backend": backend}
 
 
@@ -88,15 +88,15 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--world-sizes", default="2,4", help="standalone runs (ignored under torchrun)")
     parser.add_argument("--max-size", type=int, default=64 << 20, help="largest message in bytes (default 64 MiB)")
-    parser.add_argument("--iters", type=int, default=3, help="minimum timed iterations per size and round")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (median taken)")
+    parser.add_argument("--samples", type=int, default=15,
+                        help="interleaved rounds per size, at least (4x that for small messages); medians taken")  # fmt: skip
     args = parser.parse_args()
     sizes = [s for s in DEFAULT_SIZES if s <= args.max_size]
     worlds = [None] if under_torchrun() else [int(w) for w in args.world_sizes.split(",")]
 
     results = {}
     for world in worlds:
-        kwargs = dict(backend=args.backend, impl=args.impl, sizes=sizes, iters=args.iters, rounds=args.rounds)
+        kwargs = dict(backend=args.backend, impl=args.impl, sizes=sizes, samples=args.samples)
         out = launch(world or 0, bench_rank, **kwargs)[0]
         results[world or dist.get_world_size()] = out
     if not main_rank():
