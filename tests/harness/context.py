@@ -7,7 +7,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 
 import torch
 
@@ -27,7 +27,7 @@ class RankContext:
     device: torch.device
     impl: str
     unimportable: tuple[str, ...] = ()  # modules whose import ended a rank process earlier (grading only)
-    hung_functions: dict | None = None  # "<impl>.<module>.<function>" -> the test it hung in (grading only)
+    hung_functions: dict | None = None  # "<impl>.<module>.<qualname>" -> the test it hung in (grading only)
 
     def load(self, module: str) -> ModuleType:
         name = f"{self.impl}.{module}"
@@ -45,14 +45,19 @@ class RankContext:
         return self._without_hung_functions(module_object)
 
     def _without_hung_functions(self, module: ModuleType) -> ModuleType:
-        """Watch the module's functions that hung in an earlier test: while one runs, a marker says so, and
-        the pool stops waiting for it after a few seconds instead of the whole deadline (the module's own
-        callers see the watched function too: they look the name up in the module)."""
+        """Watch the module's functions and methods that hung in an earlier test: while one runs, a marker says
+        so, and the pool stops waiting for it after a few seconds instead of the whole deadline (the module's
+        own callers see the watched function too: they look the name up in the module or the class)."""
         for key in self.hung_functions or {}:
-            owner, _, function = key.rpartition(".")
-            original = getattr(module, function, None) if owner == module.__name__ else None
-            if callable(original) and not getattr(original, "_cs336_watched", False):
-                setattr(module, function, _watched(original, key, self.rank))
+            if not key.startswith(module.__name__ + "."):
+                continue
+            *classes, function = key[len(module.__name__) + 1 :].split(".")
+            owner = module
+            for name in classes:  # a method: "Class.method" (pool._hung_in names top-level classes only)
+                owner = getattr(owner, name, None)
+            original = vars(owner).get(function) if isinstance(owner, (type, ModuleType)) else None
+            if isinstance(original, FunctionType) and not getattr(original, "_cs336_watched", False):
+                setattr(owner, function, _watched(original, key, self.rank))
         return module
 
 

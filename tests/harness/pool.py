@@ -24,6 +24,7 @@ Design (why it is not ``mp.spawn`` per test):
 
 from __future__ import annotations
 
+import ast
 import atexit
 import os
 import pickle
@@ -299,18 +300,38 @@ class WorkerPool:
 
 
 def _hung_in(stacks: str, impl: str) -> set[str]:
-    """The implementation's outermost function in each thread of a faulthandler dump: the public function
-    the test called (``<impl>.<module>.<function>``), not the helper it was stuck in."""
+    """The implementation's outermost function in each thread of a faulthandler dump: the public function or
+    method the test called (``<impl>.<module>.<qualname>``, e.g. ``...ddp.DDP.forward``), not the helper it
+    was stuck in."""
     found = set()
     folder = "/" + impl.replace(".", "/") + "/"
     for thread in re.split(r"\n(?=(?:Current thread|Thread) 0x)", stacks):
-        frames = re.findall(r'File "([^"]+)", line \d+ in (\w+)', thread)  # most recent call first
-        mine = [(path, fn) for path, fn in frames if folder in path and path.endswith(".py")]
+        frames = re.findall(r'File "([^"]+)", line (\d+) in (\w+)', thread)  # most recent call first
+        mine = [(path, int(line), fn) for path, line, fn in frames if folder in path and path.endswith(".py")]
         if mine:
-            path, fn = mine[-1]
+            path, line, fn = mine[-1]
             module = path.rsplit(folder, 1)[1].removesuffix(".py").replace("/", ".")
-            found.add(f"{impl}.{module}.{fn}")
+            found.add(f"{impl}.{module}.{_qualname(path, line, fn, folder)}")
     return found
+
+
+def _qualname(path: str, line: int, name: str, folder: str) -> str:
+    """``Class.method`` when line ``line`` of ``path`` is in method ``name`` of a top-level class, else ``name``
+    (faulthandler names a frame's function only). The source is parsed, never run; a rank writes the stack
+    dump, so only a real file of the implementation's package is read (no "..", no link out of it)."""
+    if ".." in Path(path).parts or folder not in str(Path(path).resolve()):
+        return name
+    try:
+        tree = ast.parse(Path(path).read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return name
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            for item in node.body:
+                inside = item.lineno <= line <= (item.end_lineno or item.lineno)
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name and inside:
+                    return f"{node.name}.{name}"
+    return name
 
 
 def _tail(path: Path) -> str:

@@ -95,15 +95,15 @@ IMPORT_CASES = {
 }
 
 
-def _grade(tmp_path: Path, source: str, timeout: float = 150,
-           select: str = SELECT) -> tuple[dict, float, subprocess.CompletedProcess]:  # fmt: skip
+def _grade(tmp_path: Path, source: str, timeout: float = 150, select: str = SELECT, module: str = "collectives",
+           extra: tuple[str, ...] = ()) -> tuple[dict, float, subprocess.CompletedProcess]:  # fmt: skip
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
-    (sub / "collectives.py").write_text(source)
+    (sub / f"{module}.py").write_text(source)
     out = tmp_path / "results.json"
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts",
-           "collectives", "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
-           "--timeout", "120", "--memory-mb", "3000"]  # fmt: skip
+           module, "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
+           "--timeout", "120", "--memory-mb", "3000", *extra]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
     env["CS336_FAKE_OUT"] = str(out)
     start = time.monotonic()
@@ -183,3 +183,26 @@ def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(tmp_pat
     subgroup = tests["test_collectives_on_a_subgroup_use_global_src_dst_and_group_order"]
     assert "still in cs336_systems.collectives.broadcast after" in subgroup["output"], subgroup["output"]
     assert seconds < 150, f"grading took {seconds:.0f} s"
+
+
+DDP_REFERENCE = (REPO / "reference_solutions" / "ddp.py").read_text()
+WAIT_FOR_ALL_REDUCES = """        for work, p in self._pending:
+            work.wait()
+            p.grad.div_(self.world_size)
+"""
+
+
+def test_a_deadlocked_method_is_watched_like_a_function(tmp_path):
+    """A method that hangs (rank 0 waits in a barrier the others never join) is cut after a few seconds in
+    later cases too, named with its class; the other class, run by the same rank function, is graded normally."""
+    assert DDP_REFERENCE.count(WAIT_FOR_ALL_REDUCES) == 1
+    source = DDP_REFERENCE.replace(WAIT_FOR_ALL_REDUCES, "        if dist.get_rank() == 0:\n            dist.barrier()\n"
+                                   + WAIT_FOR_ALL_REDUCES)  # fmt: skip
+    select = "sgd_steps_match and (individual or bucketed-inf)"
+    log = tmp_path / "staff.log"  # pytest's own output: every case's failure (the entry shows the first)
+    results, seconds, _ = _grade(tmp_path, source, select=select, module="ddp", extra=("--staff-log", str(log)))
+    entry = _by_name(results)["test_sgd_steps_match_one_process_on_the_whole_batch"]
+    assert 0 < entry["score"] < entry["max_score"], entry  # the bucketed cases pass, the individual ones fail
+    cut = "still in cs336_systems.ddp.DDPIndividualParameters.finish_gradient_synchronization after"
+    assert cut in log.read_text(), log.read_text()[-3000:]
+    assert seconds < 120, f"grading took {seconds:.0f} s"

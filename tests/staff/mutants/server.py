@@ -20,7 +20,6 @@ import os
 import sys
 import tempfile
 
-
 KEPT = ("tests.harness", "tests.staff.mutants")  # the pools live in tests.harness.pool
 
 
