@@ -10,15 +10,19 @@ signed pipe (see plugin.py). The runner reads only that pipe, never pytest's std
   pytest on a freshly rebuilt sandbox for the tests not yet reported, so one bad test costs one test;
 - this process is a child subreaper: anything a submission starts, even double-forked into a new
   session, is reparented here and killed after every pytest run (frozen first, so it cannot fork);
-- the whole grade has a time budget; tests it leaves unrun score 0 with a message saying so.
+- the whole grade has a time budget, and each part one of its own (``budget_s`` in the rubric): once a
+  part's tests have taken that long, the plugin fails its remaining tests at once; either way tests
+  left unrun score 0 with a message saying so. A submission that hangs in every test still finishes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import secrets
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -48,6 +52,10 @@ class Settings:
     run_as: str | None = None  # run pytest and the ranks as this (unprivileged) user
     python: str | None = None  # their interpreter (default: this one); with run_as, one that user can run
     extra_pytest_args: tuple[str, ...] = ()
+    # Per-part time budgets: test file -> part, and part -> seconds its tests may still take (absent: no
+    # budget). The grading plugin fails a part's remaining tests at once when its time is spent.
+    file_parts: dict[str, str] = field(default_factory=dict)
+    part_budgets: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -57,6 +65,7 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)  # for everyone (the results' top-level output)
     staff_log: str = ""  # pytest's stdout tail and runner events (for graders)
     restarts: int = 0
+    spent: dict[str, float] = field(default_factory=dict)  # part -> seconds its tests took (reported durations)
 
 
 # -- processes -----------------------------------------------------------------------------------------
@@ -182,14 +191,22 @@ def _limits(settings: Settings):
     return apply
 
 
-def _pytest_cmd(settings: Settings, sandbox: Path, selection: list[str], fd: int, key_fd: int) -> list[str]:
+def _budgets_left(settings: Settings, record: RunRecord) -> str:
+    """``--grading-budgets`` for a (re)start: each part's budget less what its tests took so far."""
+    left = {p: max(0.0, round(b - record.spent.get(p, 0.0), 1)) for p, b in settings.part_budgets.items()}
+    return json.dumps({"files": settings.file_parts, "seconds": left}, separators=(",", ":"))
+
+
+def _pytest_cmd(settings: Settings, sandbox: Path, selection: list[str], fd: int, key_fd: int,
+                budgets: str = "") -> list[str]:  # fmt: skip
     return [
         settings.python or sys.executable, "-m", "pytest", *selection, "-p", PLUGIN_NAME, f"--grading-fd={fd}",
         f"--grading-key-fd={key_fd}",
         "--impl=student", f"--backend={settings.backend}", f"--world-sizes={settings.world_sizes}",
         f"--deadline={settings.deadline}", "-m", "not harness and not staff", "-q", "-rN", "--tb=short",
         "-p", "no:cacheprovider", f"--rootdir={sandbox}", "-c", str(sandbox / "pyproject.toml"),
-        "-o", f"timeout={int(settings.test_timeout)}", *settings.extra_pytest_args,
+        "-o", f"timeout={int(settings.test_timeout)}", *((f"--grading-budgets={budgets}",) if budgets else ()),
+        *settings.extra_pytest_args,
     ]  # fmt: skip
 
 
@@ -238,7 +255,8 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
         user_kw = {"user": settings.run_as, "group": _group_of(settings.run_as), "extra_groups": []}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            _pytest_cmd(settings, sandbox, selection, w, key_r), cwd=sandbox, env=_env(settings, sandbox),
+            _pytest_cmd(settings, sandbox, selection, w, key_r, _budgets_left(settings, record)), cwd=sandbox,
+            env=_env(settings, sandbox),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=[w, key_r],
             start_new_session=True, preexec_fn=_limits(settings), **user_kw,
         )  # fmt: skip
@@ -261,7 +279,7 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
             events = reader.read(min(1.0, deadline_at - now))
             for ev in events:
                 last_progress = time.monotonic()
-                _apply(ev, record, current)
+                _apply(ev, record, current, settings.file_parts)
                 if ev["event"] == "finished":
                     why = "finished"
             if why == "finished" or (reader.closed and proc.poll() is not None):
@@ -281,6 +299,10 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
         code = proc.wait()
         leftover = kill_descendants()
         record.staff_log += f"\n[runner] pytest ended: {why}, exit code {code}, {leftover} leftover processes killed\n"
+        if settings.run_as:
+            removed = remove_files_of(settings.run_as)
+            if removed:
+                record.staff_log += f"[runner] removed what {settings.run_as} left in shared folders: {removed}\n"
         record.staff_log += _tail(log_path)
         if reader.rejected:
             record.notes.append(
@@ -289,6 +311,35 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
             )
     current["exit"] = code
     return why
+
+
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may write
+
+
+def remove_files_of(user: str, folders: tuple[str, ...] = SHARED_FOLDERS) -> list[str]:
+    """Remove what ``user`` owns directly in the world-writable ``folders`` (the one place a submission graded
+    with --run-as can still write outside its sandbox), so nothing it planted there outlives its run."""
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid
+    removed = []
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
+                removed.append(entry.path)
+            except OSError:
+                pass
+    return removed
 
 
 def _group_of(user: str) -> int:
@@ -306,7 +357,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _apply(ev: dict, record: RunRecord, current: dict) -> None:
+def _apply(ev: dict, record: RunRecord, current: dict, file_parts: dict[str, str]) -> None:
     kind = ev.get("event")
     if kind == "collected" and not record.items:
         record.items = ev["items"]
@@ -316,7 +367,14 @@ def _apply(ev: dict, record: RunRecord, current: dict) -> None:
         current["nodeid"], current["since"] = ev["nodeid"], time.monotonic()
     elif kind == "result":
         record.outcomes[ev["nodeid"]] = (ev["outcome"], ev.get("output", ""))
+        _spend(record, file_parts, ev["nodeid"], float(ev.get("duration", 0.0)))
         current.pop("nodeid", None)
+
+
+def _spend(record: RunRecord, file_parts: dict[str, str], nodeid: str, seconds: float) -> None:
+    part = file_parts.get(nodeid.split("::", 1)[0])
+    if part is not None:
+        record.spent[part] = record.spent.get(part, 0.0) + max(0.0, seconds)
 
 
 def run_tests(settings: Settings, staff: StaffFiles, sub: Submission, files: list[str]) -> RunRecord:
@@ -336,6 +394,7 @@ def run_tests(settings: Settings, staff: StaffFiles, sub: Submission, files: lis
         stuck = current.get("nodeid")
         if stuck and stuck not in record.outcomes:
             elapsed = time.monotonic() - current.get("since", time.monotonic())
+            _spend(record, settings.file_parts, stuck, elapsed)
             record.outcomes[stuck] = ("failed", {
                 "stalled": f"stopped: no result after {elapsed:.0f} s (the per-test limit is "
                            f"{settings.test_timeout:.0f} s); the process running it was killed",

@@ -8,7 +8,8 @@ the user (``cs336grader``) and a grading venv that user can read (a copy of this
 Debian's ``/usr/bin/python3.11``, the same minor version), hides the staff checkout from other users
 for the duration, and grades part 6 twice: the reference (full marks), and a submission whose
 ``training_memory_bytes`` first tries to read the staff reference and the rubric, to write into the
-checkout and next to the results, and raises "BREACH" if any of it worked.
+checkout and next to the results, and raises "BREACH" if any of it worked; what it writes in /tmp (which
+anyone may write) must be gone after the grade.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def test_the_submission_cannot_read_staff_files_or_write_outside_its_sandbox(tmp
     reads = [REPO / "reference_solutions" / "accounting.py", REPO / "scripts" / "grading" / "rubric.toml",
              REPO / "tests" / "staff" / "hidden" / "test_accounting_hidden.py"]  # fmt: skip
     writes = [REPO / "pwned-by-submission", tmp_path / "results" / "pwned-by-submission"]
+    planted = Path("/tmp/cs336-planted-by-submission")  # /tmp is writable by anyone: removed after the run
     attack = f"""
 
 _reference_training_memory_bytes = training_memory_bytes
@@ -117,11 +119,13 @@ def training_memory_bytes(num_params, **kw):
             pass
     if done:
         raise ValueError("BREACH: " + "; ".join(done))
+    open({str(planted)!r}, "w").write("left behind")
     return _reference_training_memory_bytes(num_params, **kw)
 """
     (tmp_path / "results").mkdir(parents=True)
     results = _grade(tmp_path, (REPO / "reference_solutions" / "accounting.py").read_text() + attack, grading_python)
     assert "BREACH" not in json.dumps(results), json.dumps(results)[:3000]
     assert not any(p.exists() for p in writes), [p for p in writes if p.exists()]
+    assert not planted.exists(), "a file the submission wrote in /tmp outlived the grade"
     most = sum(t["max_score"] for t in results["tests"])
     assert results["score"] == pytest.approx(most, abs=0.01), results["output"]
