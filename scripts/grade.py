@@ -84,12 +84,14 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
         per_part[e.part.name] = (got + e.score, most + e.max_score)
     total, most = round(sum(e.score for e in entries), 3), round(sum(e.max_score for e in entries), 3)
     summary = [f"Score: {total} / {most}  (graded in {seconds:.0f} s)"]
-    summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}" for n, (g, m) in per_part.items()]
+    summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}  ({record.spent.get(n, 0.0):.0f} s of its "
+                f"{rubric.parts[n].budget_s:.0f} s budget)" for n, (g, m) in per_part.items()]  # fmt: skip
     summary += [f"Note: {n}" for n in notes + record.notes]
     return {
         "score": total, "execution_time": round(seconds, 1), "output": "\n".join(summary),
         "output_format": "text", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"parts": {n: [round(g, 3), round(m, 3)] for n, (g, m) in per_part.items()},
+                       "seconds": {n: round(t, 1) for n, t in record.spent.items()},
                        "warnings": warnings, "restarts": record.restarts},
     }  # fmt: skip
 
@@ -102,14 +104,17 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _settings(args, work: Path, budget: float, hidden: bool) -> Settings:
+def _settings(args, work: Path, budget: float, hidden: bool, parts: dict | None = None) -> Settings:
+    """``parts``: (test file -> part, part -> seconds its tests may take) for the per-part budgets."""
     select = ("-k", args.select) if args.select else ()
+    file_parts, part_budgets = parts or ({}, {})
     return Settings(
         work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
         test_timeout=args.test_timeout, budget=budget,
         worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl" else 4096),
         run_as=args.run_as, python=args.python,
         extra_pytest_args=(*select, *(("--grading-redact",) if hidden else ())),
+        file_parts=file_parts, part_budgets=part_budgets,
     )  # fmt: skip
 
 
@@ -143,8 +148,10 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     files = _test_files(rubric, staff)
     hidden = _matching([f for f in files if rubric.part_of(f)[1] == "hidden"], args.select, staff)
     public = [f for f in files if rubric.part_of(f)[1] == "public"]
-    record = run_tests(_settings(args, work / "public", args.timeout, False), staff.without(HIDDEN_TESTS), sub,
-                       public)  # fmt: skip
+    file_parts = {f: rubric.part_of(f)[0].name for f in files}
+    budgets = {name: part.budget_s for name, part in rubric.parts.items()}
+    record = run_tests(_settings(args, work / "public", args.timeout, False, (file_parts, budgets)),
+                       staff.without(HIDDEN_TESTS), sub, public)  # fmt: skip
     left = args.timeout - (time.monotonic() - start)
     if not hidden:
         return record
@@ -152,7 +159,9 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
         reason = f"not run: the grader's time budget ({args.timeout:.0f} s) ran out before the hidden tests"
         record.notes.append(reason)
         return record
-    secret = run_tests(_settings(args, work / "hidden", left, True), staff, sub, hidden)
+    # A part's hidden tests get what its public tests left of its budget.
+    budgets = {name: budget - record.spent.get(name, 0.0) for name, budget in budgets.items()}
+    secret = run_tests(_settings(args, work / "hidden", left, True, (file_parts, budgets)), staff, sub, hidden)
     if not secret.items and args.select:  # a --select that matches no hidden test: nothing to report
         secret.notes = [n for n in secret.notes if "could not collect" not in n]
     record.items += secret.items
@@ -160,6 +169,8 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     record.notes += [n for n in secret.notes if n not in record.notes]
     record.staff_log += "\n[grader] hidden tests, own sandbox and run:\n" + secret.staff_log
     record.restarts += secret.restarts
+    for name, seconds in secret.spent.items():
+        record.spent[name] = record.spent.get(name, 0.0) + seconds
     return record
 
 

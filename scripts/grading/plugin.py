@@ -19,6 +19,7 @@ the harness itself (tests/harness/replies.py: only plain data is rebuilt).
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -80,9 +81,12 @@ def redacted(excinfo: pytest.ExceptionInfo) -> str:
 
 
 class GradingReporter:
-    def __init__(self, channel: _Channel, redact: bool = False):
+    def __init__(self, channel: _Channel, redact: bool = False, budgets: dict | None = None):
         self.channel = channel
         self.redact = redact  # the hidden run: failures show redacted() text only
+        budgets = budgets or {}
+        self.file_parts: dict[str, str] = budgets.get("files", {})  # test file -> its part
+        self.left: dict[str, float] = dict(budgets.get("seconds", {}))  # part -> seconds its tests may still take
         self.phases: dict[str, dict] = {}
         self.redacted: dict[str, dict[str, str]] = {}
 
@@ -98,6 +102,14 @@ class GradingReporter:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.channel.send("collected", items=[_item_info(i) for i in session.items])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """A part whose time budget is spent: its remaining tests fail at once instead of running."""
+        part = self.file_parts.get(item.nodeid.split("::", 1)[0])
+        if part in self.left and self.left[part] <= 0:
+            pytest.fail(f"not run: the tests of part {part!r} had used up its time budget (an earlier test hung "
+                        "or was very slow); see that test's failure", pytrace=False)  # fmt: skip
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.phases[nodeid] = {}
@@ -124,6 +136,9 @@ class GradingReporter:
         else:
             outcome, text = "failed", "the test did not run to completion"
         duration = sum(r.duration for r in phases.values())
+        part = self.file_parts.get(nodeid.split("::", 1)[0])
+        if part in self.left:
+            self.left[part] -= duration
         self.channel.send("result", nodeid=nodeid, outcome=outcome, output=text[-OUTPUT_LIMIT:], duration=duration)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
@@ -134,6 +149,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--grading-fd", type=int, default=None, help="(grader only) fd of the signed results channel")
     parser.addoption("--grading-key-fd", type=int, default=None, help="(grader only) fd the channel's key comes on")
     parser.addoption("--grading-redact", action="store_true", help="(grader only) hidden tests: redacted failures")
+    parser.addoption("--grading-budgets", default="", help="(grader only) JSON: file -> part, part -> seconds left")
 
 
 @pytest.hookimpl(trylast=True)
@@ -143,5 +159,6 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     make_undumpable()
     key = _read_key(config.getoption("--grading-key-fd"))
-    reporter = GradingReporter(_Channel(fd, key), redact=config.getoption("--grading-redact"))
+    budgets = json.loads(config.getoption("--grading-budgets") or "{}")
+    reporter = GradingReporter(_Channel(fd, key), redact=config.getoption("--grading-redact"), budgets=budgets)
     config.pluginmanager.register(reporter, "cs336-grading-reporter")

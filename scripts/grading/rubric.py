@@ -24,6 +24,9 @@ RUBRIC_PATH = Path(__file__).resolve().with_name("rubric.toml")
 VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
 
 
+DEFAULT_BUDGET_S = 300.0  # a part's time budget when the rubric gives none
+
+
 class RubricError(ValueError):
     """The rubric file is malformed; the message names the key."""
 
@@ -39,6 +42,7 @@ class Part:
     weights: dict = field(default_factory=dict, hash=False)
     visibility: dict = field(default_factory=dict, hash=False)
     tasks: dict = field(default_factory=dict, hash=False)  # "1.5" -> public points, spread over its tests
+    budget_s: float = DEFAULT_BUDGET_S  # the most a grade spends running its tests, public and hidden together
 
     def pool_of(self, path: str) -> str | None:
         """'public', 'hidden' or None: which of this part's point pools a test file belongs to."""
@@ -110,7 +114,7 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
             if key not in spec:
                 raise RubricError(f"{where} needs `{key}`")
         extra = set(spec) - {"number", "points", "hidden_points", "files", "hidden_files", "weights", "visibility",
-                             "tasks"}  # fmt: skip
+                             "tasks", "budget_s"}  # fmt: skip
         if extra:
             raise RubricError(f"{where}: unknown key(s) {sorted(extra)}")
         for pat, vis in spec.get("visibility", {}).items():
@@ -122,11 +126,14 @@ def load_rubric(path: Path = RUBRIC_PATH) -> Rubric:
         for task, pts in spec.get("tasks", {}).items():
             if not re.fullmatch(rf"{int(spec['number'])}\.\d+", task) or not isinstance(pts, (int, float)) or pts < 0:
                 raise RubricError(f'{where}.tasks: {task!r} = {pts!r}: want "{spec["number"]}.<t>" = points >= 0')
+        budget = spec.get("budget_s", DEFAULT_BUDGET_S)
+        if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
+            raise RubricError(f"{where}: budget_s = {budget!r} must be a number of seconds > 0")
         parts[name] = Part(
             name=name, number=int(spec["number"]), points=float(spec["points"]),
             hidden_points=float(spec.get("hidden_points", 0)), files=tuple(spec["files"]),
             hidden_files=tuple(spec.get("hidden_files", ())), weights=dict(spec.get("weights", {})),
-            visibility=dict(spec.get("visibility", {})), tasks=dict(spec.get("tasks", {})),
+            visibility=dict(spec.get("visibility", {})), tasks=dict(spec.get("tasks", {})), budget_s=float(budget),
         )  # fmt: skip
     written = []
     for i, w in enumerate(raw.get("written", [])):
