@@ -196,8 +196,8 @@ def test_a_deadlocked_method_is_watched_like_a_function(tmp_path):
     """A method that hangs (rank 0 waits in a barrier the others never join) is cut after a few seconds in
     later cases too, named with its class; the other class, run by the same rank function, is graded normally."""
     assert DDP_REFERENCE.count(WAIT_FOR_ALL_REDUCES) == 1
-    source = DDP_REFERENCE.replace(WAIT_FOR_ALL_REDUCES, "        if dist.get_rank() == 0:\n            dist.barrier()\n"
-                                   + WAIT_FOR_ALL_REDUCES)  # fmt: skip
+    deadlock = "        if dist.get_rank() == 0:\n            dist.barrier()\n"
+    source = DDP_REFERENCE.replace(WAIT_FOR_ALL_REDUCES, deadlock + WAIT_FOR_ALL_REDUCES)
     select = "sgd_steps_match and (individual or bucketed-inf)"
     log = tmp_path / "staff.log"  # pytest's own output: every case's failure (the entry shows the first)
     results, seconds, _ = _grade(tmp_path, source, select=select, module="ddp", extra=("--staff-log", str(log)))
