@@ -142,7 +142,8 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     """The public tests in a sandbox that holds no hidden test, then the hidden tests in a sandbox,
     pytest process and worker pools of their own, whose failures show no rank output (``--grading-redact``):
     what a submission can read or print while public tests run cannot contain a hidden test."""
-    problem = check_run_as(_settings(args, work, args.timeout, False))
+    staff_only = [REPO / "reference_solutions", args.rubric, REPO / "tests" / "staff"]
+    problem = check_run_as(_settings(args, work, args.timeout, False), tuple(p for p in staff_only if p.exists()))
     if problem:
         raise RuntimeError(problem)  # the staff's setup, not the submission: "the autograder failed", loudly
     files = _test_files(rubric, staff)
@@ -225,6 +226,14 @@ def _batch(args) -> int:
     for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as),
                         ("--python", args.python)):  # fmt: skip
         passthrough += [flag, value] if value else []
+    if args.run_as:  # a submission must not read the others, nor their results
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir.chmod(0o700)
+        settings = Settings(work=out_dir, run_as=args.run_as, python=args.python)
+        problem = check_run_as(settings, (args.batch.resolve(), *subs, out_dir))
+        if problem:
+            print(f"not grading: {problem}", file=sys.stderr)
+            return 2
 
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"

@@ -210,14 +210,17 @@ def _pytest_cmd(settings: Settings, sandbox: Path, selection: list[str], fd: int
     ]  # fmt: skip
 
 
-def check_run_as(settings: Settings) -> str | None:
+def check_run_as(settings: Settings, private: tuple[Path, ...] = ()) -> str | None:
     """Why ``settings.run_as`` cannot grade with ``settings.python`` (None if it can): the user must be able
-    to start the interpreter and import torch and pytest from it (an interpreter under root's home cannot)."""
+    to start the interpreter and import torch and pytest from it (an interpreter under root's home cannot),
+    and must not be able to read any of ``private`` (the staff checkout's reference, rubric and staff tests;
+    a batch's other submissions and results)."""
     if not settings.run_as:
         return None
     python = settings.python or sys.executable
+    probe = "import os, sys, torch, pytest; print('\\n'.join(p for p in sys.argv[1:] if os.access(p, os.R_OK)))"
     try:
-        proc = subprocess.run([python, "-c", "import torch, pytest"], user=settings.run_as,
+        proc = subprocess.run([python, "-c", probe, *map(str, private)], user=settings.run_as,
                               group=_group_of(settings.run_as), extra_groups=[], capture_output=True, text=True,
                               timeout=120, cwd="/")  # fmt: skip
     except (OSError, KeyError, subprocess.SubprocessError) as exc:
@@ -225,6 +228,11 @@ def check_run_as(settings: Settings) -> str | None:
     if proc.returncode != 0:
         return (f"--run-as {settings.run_as}: {python} cannot import torch and pytest as that user (give it an "
                 f"interpreter it can read: --python, handouts/grading.md):\n{proc.stderr[-1500:]}")  # fmt: skip
+    readable = proc.stdout.split()
+    if readable:
+        return (f"--run-as {settings.run_as}: that user can read {', '.join(readable)}; make them unreadable to "
+                "other users first (chmod o-rwx on the staff checkout, the batch folder and its results folder; "
+                "handouts/grading.md, Security)")  # fmt: skip
     return None
 
 

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,45 @@ def training_memory_bytes(num_params, **kw):
     assert not planted.exists(), "a file the submission wrote in /tmp outlived the grade"
     most = sum(t["max_score"] for t in results["tests"])
     assert results["score"] == pytest.approx(most, abs=0.01), results["output"]
+
+
+@pytest.fixture
+def open_folder():
+    """A folder under /tmp that every user can read (pytest's own tmp_path is root-only)."""
+    folder = Path(tempfile.mkdtemp(prefix="cs336-open-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _refusal(cmd: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    return subprocess.run([sys.executable, "-m", "scripts.grade", *cmd], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_a_rubric_the_user_can_read_stops_the_grade(tmp_path, grading_python, hidden_checkout, open_folder):
+    """Staff files the grading user could read (here a rubric in an open folder) make the grade refuse to start."""
+    rubric = open_folder / "rubric.toml"
+    shutil.copy(REPO / "scripts" / "grading" / "rubric.toml", rubric)
+    rubric.chmod(0o644)
+    sub = tmp_path / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    (sub / "accounting.py").write_text((REPO / "reference_solutions" / "accounting.py").read_text())
+    out = tmp_path / "results.json"
+    _refusal([str(sub.parent), "--out", str(out), "--parts", "accounting", "--rubric", str(rubric), "--run-as", USER,
+              "--python", grading_python])  # fmt: skip
+    results = json.loads(out.read_text())
+    assert results["score"] == 0 and "autograder failed" in results["output"], results["output"]
+    assert f"that user can read {rubric}" in results["output"], results["output"]
+
+
+def test_a_batch_the_user_can_read_is_not_graded(grading_python, hidden_checkout, open_folder):
+    """With --run-as, a batch folder other users can read (each submission could read the others) is refused."""
+    batch = open_folder / "submissions"
+    (batch / "alice" / "cs336_systems").mkdir(parents=True)
+    for p in [batch, *batch.rglob("*")]:
+        p.chmod(0o755)
+    proc = _refusal(["--batch", str(batch), "--parts", "accounting", "--run-as", USER, "--python", grading_python])
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"that user can read {batch}" in proc.stderr, proc.stderr[-2000:]
