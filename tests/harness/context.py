@@ -45,10 +45,10 @@ class RankContext:
         return self._without_hung_functions(module_object)
 
     def _without_hung_functions(self, module: ModuleType) -> ModuleType:
-        """Watch the module's functions and methods that hung in an earlier test: while one runs, a marker says
-        so, and the pool stops waiting for it after a few seconds instead of the whole deadline (the module's
-        own callers see the watched function too: they look the name up in the module or the class)."""
-        for key in self.hung_functions or {}:
+        """Replace the module's functions and methods that hung in an earlier test by ones that raise at once:
+        each test that needs them fails in no time with a pointer to that test, instead of hanging again (the
+        module's own callers get the replacement too: they look the name up in the module or the class)."""
+        for key, first in (self.hung_functions or {}).items():
             if not key.startswith(module.__name__ + "."):
                 continue
             *classes, function = key[len(module.__name__) + 1 :].split(".")
@@ -56,25 +56,18 @@ class RankContext:
             for name in classes:  # a method: "Class.method" (pool._hung_in names top-level classes only)
                 owner = getattr(owner, name, None)
             original = vars(owner).get(function) if isinstance(owner, (type, ModuleType)) else None
-            if isinstance(original, FunctionType) and not getattr(original, "_cs336_watched", False):
-                setattr(owner, function, _watched(original, key, self.rank))
+            if isinstance(original, FunctionType) and not getattr(original, "_cs336_refused", False):
+                setattr(owner, function, _refusing(key, first))
         return module
 
 
-def _watched(original, key: str, rank: int):
-    marker = _import_marker(rank)
+def _refusing(key: str, first_test: str):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{key} was not run: it hung in an earlier test ({first_test}) and would hang here too; "
+                           "that test's failure shows where")  # fmt: skip
 
-    def watched(*args, **kwargs):
-        if marker is None:
-            return original(*args, **kwargs)
-        marker.with_name(f"rank{rank}.in").write_text(key)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            marker.with_name(f"rank{rank}.in").unlink(missing_ok=True)
-
-    watched._cs336_watched = True
-    return watched
+    refused._cs336_refused = True
+    return refused
 
 
 def _import_marker(rank: int) -> Path | None:

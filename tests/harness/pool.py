@@ -54,12 +54,11 @@ HUNG_BEFORE: dict[str, str] = {}  # rank function's module.qualname -> the repor
 # Likewise, once importing an implementation module ends a rank process (os._exit or a crash at import),
 # later tests that load it fail at once instead of paying a new pool each (tests/harness/context.py).
 UNIMPORTABLE: set[str] = set()
-# And once a case hangs inside a function of the implementation (the outermost frame of the student's
-# package in a hung rank's stack, e.g. ``cs336_systems.collectives.broadcast``), later calls of that
-# function are watched (context.py): one still running after REHANG_S is taken as the same hang, so
-# every test that needs it costs seconds, not the deadline; calls that return (bad input) are unaffected.
-HUNG_FUNCTIONS: dict[str, str] = {}  # "<impl>.<module>.<function>" -> the rank function that hung in it
-REHANG_S = 3.0
+# And once a case hangs inside a function or method of the implementation (the outermost frame of the
+# student's package in a hung rank's stack, e.g. ``cs336_systems.collectives.broadcast``), later calls of
+# it raise at once in the ranks instead of running (context.py): every test that needs it costs nothing,
+# not a deadline and a new pool each; the tests that do not call it are graded as usual.
+HUNG_FUNCTIONS: dict[str, str] = {}  # "<impl>.<module>.<qualname>" -> the rank function that hung in it
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
@@ -154,8 +153,9 @@ class WorkerPool:
                 self.close()  # a rank is stuck or gone: the next test gets a fresh pool
             if FAIL_FAST_HANGS and any(v["status"] == Status.HUNG for v in replies.values()):
                 stuck_in = {f for v in replies.values() for f in _hung_in(v.get("stacks", ""), impl)}
-                for function in stuck_in:  # watch those functions wherever they are called from
-                    HUNG_FUNCTIONS.setdefault(function, getattr(fn, "__name__", str(fn)))
+                test = os.environ.get("PYTEST_CURRENT_TEST", getattr(fn, "__name__", str(fn))).split(" ")[0]
+                for function in stuck_in:  # from now on they raise at once, wherever they are called from
+                    HUNG_FUNCTIONS.setdefault(function, test)
                 if not stuck_in:  # hung outside the implementation's functions: skip this rank function
                     HUNG_BEFORE[name] = report
             raise RankFailure(report)
@@ -176,18 +176,12 @@ class WorkerPool:
         replies: dict[int, dict] = {}
         end = time.monotonic() + deadline
         by_conn = {self.ranks[r].conn: r for r in pending}
-        rehung = {}
         while by_conn:
             now = time.monotonic()
             if not all(v["status"].finished for v in replies.values()):
                 end = min(end, now + ERROR_GRACE_S)
-            watching = FAIL_FAST_HANGS and HUNG_FUNCTIONS and task is not None
-            ready = wait(list(by_conn), timeout=max(0.0, min(end - now, 0.5) if watching else end - now))
-            if watching and not ready:
-                rehung = self._hung_again(list(by_conn.values()))
-                if rehung:
-                    break
-            if not ready and (not watching or time.monotonic() >= end):
+            ready = wait(list(by_conn), timeout=max(0.0, end - now))
+            if not ready:
                 break
             for conn in ready:
                 r = by_conn.pop(conn)
@@ -202,23 +196,7 @@ class WorkerPool:
             )
             for r in hung:
                 replies[r] = {"status": Status.HUNG, "error": f"no answer within the {waited}", "stacks": stacks[r]}
-                if r in rehung:
-                    first = HUNG_FUNCTIONS.get(rehung[r])
-                    replies[r]["error"] = (f"still in {rehung[r]} after {REHANG_S:.0f} s: it hung in an earlier test "
-                                           f"({first}), so it was not waited for again")  # fmt: skip
         return replies
-
-    def _hung_again(self, ranks: list[int]) -> dict[int, str]:
-        """Ranks inside a watched function (one that hung before) for longer than REHANG_S."""
-        found = {}
-        for r in ranks:
-            marker = self.tmp / f"rank{r}.in"
-            try:
-                if time.time() - marker.stat().st_mtime > REHANG_S:
-                    found[r] = marker.read_text()
-            except OSError:
-                pass
-        return found
 
     def _receive(self, r: int, task) -> dict:
         rank = self.ranks[r]
