@@ -47,6 +47,7 @@ def _rubric_with_budget(tmp_path: Path, seconds: float) -> Path:
 
 
 def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_entry_graded(tmp_path):
+    """Every function of part 1 hangs; with a 12 s budget the grade ends within a minute of it, all entries 0."""
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(ALL_HANG)
@@ -72,6 +73,7 @@ def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_
 
 
 def test_a_budget_must_be_a_positive_number_of_seconds(tmp_path):
+    """A zero, negative or non-numeric budget_s is a rubric error naming the key."""
     for bad in ("0", "-5", '"fast"'):
         path = _rubric_with_budget(tmp_path, bad)  # type: ignore[arg-type]
         with pytest.raises(RubricError, match="budget_s"):
