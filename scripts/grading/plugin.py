@@ -66,11 +66,18 @@ def _item_info(item: pytest.Item) -> dict:
     }
 
 
+class BudgetSpent(pytest.fail.Exception):
+    """A test not run because its part's time budget is spent: a pytest failure without traceback, whose
+    message (the grader's own words) is shown even for hidden tests."""
+
+
 def redacted(excinfo: pytest.ExceptionInfo) -> str:
     """What a hidden test's failure may show: the test's own assertion message, never the test's source
     (pytest's traceback quotes it) nor what a rank raised or printed (a submission could put there what
     it read, e.g. the hidden test file itself)."""
     exc = excinfo.value
+    if isinstance(exc, BudgetSpent):  # the grader's own words
+        return str(exc)
     if any(c.__name__ == "RankFailure" for c in type(exc).__mro__):  # tests/harness/pool.py
         return ("a rank did not finish normally (it raised, hung or died); in hidden tests the ranks' "
                 "messages, tracebacks and output are not shown: reproduce it with the public tests")  # fmt: skip
@@ -108,8 +115,8 @@ class GradingReporter:
         """A part whose time budget is spent: its remaining tests fail at once instead of running."""
         part = self.file_parts.get(item.nodeid.split("::", 1)[0])
         if part in self.left and self.left[part] <= 0:
-            pytest.fail(f"not run: the tests of part {part!r} had used up its time budget (an earlier test hung "
-                        "or was very slow); see that test's failure", pytrace=False)  # fmt: skip
+            raise BudgetSpent(f"not run: the tests of part {part!r} had used up its time budget (an earlier test "
+                              "hung or was very slow); see that test's failure", pytrace=False)  # fmt: skip
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.phases[nodeid] = {}

@@ -2,15 +2,17 @@
 
     pytest tests/staff/grader/test_budgets.py -v
 
-A submission in which every function of part 1 hangs is graded with a rubric that gives part 1 a budget of
-a few seconds: the grade must end soon after the budget is spent, and every entry of the part, public and
-hidden, must still be graded (0 points, with a message that says why).
+A submission in which every function of part 1 hangs (each a different function) is graded with a rubric
+that gives part 1 a budget of a few seconds: the grade must end soon after the budget is spent, and every
+entry of the part, public and hidden, must still be graded (0 points, with a message that says why).
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,25 +26,32 @@ from tests.harness.pool import ROOT as REPO
 pytestmark = pytest.mark.staff
 
 BUDGET_S = 12
-# Every name the tests look up in the module is a function that never returns.
-ALL_HANG = """
-import time
 
 
-def _hang(*args, **kwargs):
-    time.sleep(3600)
-
-
-def __getattr__(name):
-    return _hang
-"""
+def _hanging_everywhere(stub: str) -> str:
+    """The stub module with every ``raise NotImplementedError(...)`` replaced by a sleep of an hour: each of
+    its functions and methods hangs when called (the grader stops running each after its first hang, so only
+    the budget bounds a submission with many such functions)."""
+    lines = stub.splitlines(keepends=True)
+    spans = []
+    for node in ast.walk(ast.parse(stub)):
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            name = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(name, ast.Name) and name.id == "NotImplementedError":
+                spans.append((node.lineno, node.end_lineno, node.col_offset))
+    for first, last, col in sorted(spans, reverse=True):
+        lines[first - 1 : last] = [" " * col + "__import__('time').sleep(3600)\n"]
+    return "".join(lines)
 
 
 def _rubric_with_budget(tmp_path: Path, seconds: float) -> Path:
+    """The kit's rubric with part 1's ``budget_s`` set to ``seconds``."""
     text = (REPO / "scripts" / "grading" / "rubric.toml").read_text()
-    assert "[parts.collectives]\n" in text
+    head = text.index("[parts.collectives]\n")
+    line = re.compile(r"^budget_s = .*$", re.M).search(text, head)
+    assert line and line.start() < text.index("[parts.", head + 1), "part 1 has no budget_s line"
     path = tmp_path / "rubric.toml"
-    path.write_text(text.replace("[parts.collectives]\n", f"[parts.collectives]\nbudget_s = {seconds}\n", 1))
+    path.write_text(text[: line.start()] + f"budget_s = {seconds}" + text[line.end() :])
     return path
 
 
@@ -50,7 +59,7 @@ def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_
     """Every function of part 1 hangs; with a 12 s budget the grade ends within a minute of it, all entries 0."""
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
-    (sub / "collectives.py").write_text(ALL_HANG)
+    (sub / "collectives.py").write_text(_hanging_everywhere((REPO / "cs336_systems" / "collectives.py").read_text()))
     out = tmp_path / "results.json"
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "collectives",
            "--rubric", str(_rubric_with_budget(tmp_path, BUDGET_S)), "--world-sizes", "2", "--deadline", "3",
@@ -62,7 +71,9 @@ def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_
     results = json.loads(out.read_text())
     tests = results["tests"]
     assert tests and all(t["score"] == 0 for t in tests), [(t["name"], t["score"]) for t in tests]
-    assert any("(hidden test)" in t["name"] for t in tests), "the hidden tests of the part were not graded"
+    hidden = [t for t in tests if "(hidden test)" in t["name"]]
+    assert hidden, "the hidden tests of the part were not graded"
+    assert all("used up its time budget" in t["output"] for t in hidden), [t["output"][:300] for t in hidden]
     cut = [t for t in tests if "used up its time budget" in t["output"]]
     assert len(cut) >= len(tests) // 2, "most entries should have been cut by the budget:\n" + "\n".join(
         f"{t['name']}: {t['output'][:200]}" for t in tests
