@@ -162,7 +162,9 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
         return record
     # A part's hidden tests get what its public tests left of its budget.
     budgets = {name: budget - record.spent.get(name, 0.0) for name, budget in budgets.items()}
-    secret = run_tests(_settings(args, work / "hidden", left, True, (file_parts, budgets)), staff, sub, hidden)
+    settings = _settings(args, work / "hidden", left, True, (file_parts, budgets))
+    settings.hung_functions = dict(record.hung)  # what hung in the public run is not waited for again
+    secret = run_tests(settings, staff, sub, hidden)
     if not secret.items and args.select:  # a --select that matches no hidden test: nothing to report
         secret.notes = [n for n in secret.notes if "could not collect" not in n]
     record.items += secret.items

@@ -26,6 +26,7 @@ import pytest
 
 from scripts.grading import channel
 from tests.harness.limits import make_undumpable
+from tests.harness.pool import HUNG_FUNCTIONS
 
 OUTPUT_LIMIT = 6000  # characters of failure text kept per test; the grader truncates further
 
@@ -143,10 +144,12 @@ class GradingReporter:
         else:
             outcome, text = "failed", "the test did not run to completion"
         duration = sum(r.duration for r in phases.values())
+        hung = dict(HUNG_FUNCTIONS)  # functions that hung so far: the next run of this grade refuses them too
         part = self.file_parts.get(nodeid.split("::", 1)[0])
         if part in self.left:
             self.left[part] -= duration
-        self.channel.send("result", nodeid=nodeid, outcome=outcome, output=text[-OUTPUT_LIMIT:], duration=duration)
+        self.channel.send("result", nodeid=nodeid, outcome=outcome, output=text[-OUTPUT_LIMIT:], duration=duration,
+                          hung=hung)  # fmt: skip
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus) -> None:
         self.channel.send("finished", exitstatus=int(exitstatus))

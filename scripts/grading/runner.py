@@ -56,6 +56,7 @@ class Settings:
     # budget). The grading plugin fails a part's remaining tests at once when its time is spent.
     file_parts: dict[str, str] = field(default_factory=dict)
     part_budgets: dict[str, float] = field(default_factory=dict)
+    hung_functions: dict[str, str] = field(default_factory=dict)  # from an earlier run of this grade: refused
 
 
 @dataclass
@@ -66,6 +67,7 @@ class RunRecord:
     staff_log: str = ""  # pytest's stdout tail and runner events (for graders)
     restarts: int = 0
     spent: dict[str, float] = field(default_factory=dict)  # part -> seconds its tests took (reported durations)
+    hung: dict[str, str] = field(default_factory=dict)  # functions that hung (tests/harness/pool.py HUNG_FUNCTIONS)
 
 
 # -- processes -----------------------------------------------------------------------------------------
@@ -159,7 +161,8 @@ class ChannelReader:
 # -- one pytest process --------------------------------------------------------------------------------
 
 
-def _env(settings: Settings, sandbox: Path) -> dict[str, str]:
+def _env(settings: Settings, sandbox: Path, hung: dict[str, str]) -> dict[str, str]:
+    """The test process's whole environment; ``hung``: functions an earlier run of this grade saw hang."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "LANG": "C.UTF-8",
@@ -172,6 +175,7 @@ def _env(settings: Settings, sandbox: Path) -> dict[str, str]:
         "CS336_WORKER_LOG_LIMIT_MB": str(settings.worker_log_mb),
         "CS336_WORKER_MEMORY_LIMIT_MB": str(settings.worker_memory_mb),
         "CS336_FAIL_FAST_HANGS": "1",  # one hanging function costs one deadline (tests/harness/pool.py)
+        "CS336_HUNG_FUNCTIONS": json.dumps(hung),  # ... in the whole grade, restarts and hidden run included
     }
     for key, value in os.environ.items():  # what GPU nodes need to find their devices and libraries
         if key.startswith(("CUDA_", "NCCL_", "NVIDIA_")) or key in ("LD_LIBRARY_PATH", "GLOO_SOCKET_IFNAME"):
@@ -264,7 +268,7 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             _pytest_cmd(settings, sandbox, selection, w, key_r, _budgets_left(settings, record)), cwd=sandbox,
-            env=_env(settings, sandbox),
+            env=_env(settings, sandbox, {**settings.hung_functions, **record.hung}),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=[w, key_r],
             start_new_session=True, preexec_fn=_limits(settings), **user_kw,
         )  # fmt: skip
@@ -375,6 +379,7 @@ def _apply(ev: dict, record: RunRecord, current: dict, file_parts: dict[str, str
         current["nodeid"], current["since"] = ev["nodeid"], time.monotonic()
     elif kind == "result":
         record.outcomes[ev["nodeid"]] = (ev["outcome"], ev.get("output", ""))
+        record.hung.update(ev.get("hung") or {})
         _spend(record, file_parts, ev["nodeid"], float(ev.get("duration", 0.0)))
         current.pop("nodeid", None)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import json
 import os
 import pickle
 import re
@@ -58,7 +59,9 @@ UNIMPORTABLE: set[str] = set()
 # student's package in a hung rank's stack, e.g. ``cs336_systems.collectives.broadcast``), later calls of
 # it raise at once in the ranks instead of running (context.py): every test that needs it costs nothing,
 # not a deadline and a new pool each; the tests that do not call it are graded as usual.
-HUNG_FUNCTIONS: dict[str, str] = {}  # "<impl>.<module>.<qualname>" -> the test (node id) it hung in
+# The grader hands on what an earlier pytest run of the same grade found (a restart, the hidden run).
+HUNG_FUNCTIONS: dict[str, str] = json.loads(os.environ.get("CS336_HUNG_FUNCTIONS") or "{}") if FAIL_FAST_HANGS else {}
+# ^ "<impl>.<module>.<qualname>" -> the test (node id) it hung in
 STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machine is slow
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
