@@ -51,32 +51,84 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(tmp_path, sig):
-    """After SIGTERM or SIGINT to a grade whose ranks spin forever, no process the grader started survives."""
+def _grade_cmd(tmp_path) -> list[str]:
+    """A grade of the spinning all_reduce (two ranks busy forever until a deadline far away)."""
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(SPINNING)
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(tmp_path / "r.json"),
-           "--parts", "collectives", "--select", "all_reduce", "--world-sizes", "2", "--deadline", "60",
-           "--timeout", "300"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
-    grader = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(tmp_path / "r.json"),
+            "--parts", "collectives", "--select", "all_reduce", "--world-sizes", "2", "--deadline", "60",
+            "--timeout", "300"]  # fmt: skip
+
+
+def _started_tree(root: int, least: int) -> set[int]:
+    """The processes below ``root`` once at least ``least`` of them run (pytest and its rank workers)."""
+    started, tree = time.monotonic(), set()
+    while time.monotonic() - started < 90 and len(tree) < least:
+        time.sleep(1)
+        tree = _tree(root)
+    assert len(tree) >= least, f"the grade never started its rank workers (processes below it: {sorted(tree)})"
+    time.sleep(2)
+    return tree | _tree(root)
+
+
+def _survivors(tree: set[int], within: float) -> list[int]:
+    """The processes of ``tree`` still alive after ``within`` seconds (polled)."""
+    until = time.monotonic() + within
+    while time.monotonic() < until and any(_alive(p) for p in tree):
+        time.sleep(0.5)
+    return [pid for pid in tree if _alive(pid)]
+
+
+def _describe(pids: list[int]) -> str:
+    out = []
+    for pid in pids:
+        try:
+            out.append(open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:120])
+        except OSError:
+            pass
+    return ", ".join(out)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(tmp_path, sig):
+    """After SIGTERM or SIGINT to a grade whose ranks spin forever, no process the grader started survives."""
+    grader = subprocess.Popen(_grade_cmd(tmp_path), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        started, tree = time.monotonic(), set()
-        while time.monotonic() - started < 90 and len(tree) < 3:  # pytest and at least two rank workers
-            time.sleep(1)
-            tree = _tree(grader.pid)
-        assert len(tree) >= 3, f"the grade never started its rank workers (processes below it: {sorted(tree)})"
-        time.sleep(2)
-        tree |= _tree(grader.pid)
+        tree = _started_tree(grader.pid, 3)  # pytest and at least two rank workers
         grader.send_signal(sig)
         grader.wait(timeout=60)
-        time.sleep(1)
-        survivors = [pid for pid in tree if _alive(pid)]
+        survivors = _survivors(tree, 1)
         assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived the grader after {sig.name}: " + (
-            ", ".join(open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:120] for p in survivors if _alive(p))
+            _describe(survivors)
         )
     finally:
         if grader.poll() is None:
             grader.kill()
+
+
+def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path):
+    """The shell or batch system that started a grade is killed (SIGKILL: it cannot pass anything on): the
+    grader, its pytest and every rank worker end too, within a minute."""
+    keep_alive = "import subprocess, sys, time\nsubprocess.Popen(sys.argv[1:])\ntime.sleep(3600)\n"
+    parent = subprocess.Popen([sys.executable, "-c", keep_alive, *_grade_cmd(tmp_path)], cwd=REPO, env=_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        tree = _started_tree(parent.pid, 4)  # the grader, pytest and at least two rank workers
+        parent.kill()
+        parent.wait(timeout=10)
+        survivors = _survivors(tree, 60)
+        assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived the grader's parent: " + (
+            _describe(survivors)
+        )
+    finally:
+        for pid in _tree(parent.pid) | tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
