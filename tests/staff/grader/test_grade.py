@@ -240,3 +240,51 @@ def test_one_deadlocked_function_grades_within_twice_the_reference_time(tmp_path
                             "test_bad_input_raises_on_every_rank_before_communicating",
                             "test_back_to_back_collectives_on_odd_world_sizes"}  # fmt: skip
     assert "test_broadcast_copies_src_tensor_to_every_rank" in lost and lost <= callers_of_broadcast, lost
+
+
+# The cases whose outcome depends on time (a hang must meet its deadline, a hog its memory cap, a flood its
+# file cap, before the test's own timeout): they must hold on a machine that a second grade keeps busy.
+TIMING_SENSITIVE = ["infinite_loop", "deadlock", "big_output", "memory_hog"]
+
+
+@pytest.fixture(scope="module")
+def second_grade(tmp_path_factory):
+    """A grade of the reference's part 1 (world sizes 2 and 4) running beside the test, restarted whenever it
+    ends, so both cores stay busy the whole time."""
+    folder = tmp_path_factory.mktemp("second-grade")
+    sub = folder / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    (sub / "collectives.py").write_text(REFERENCE)
+    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(folder / "results.json"),
+           "--parts", "collectives", "--world-sizes", "2,4"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+
+    def start():
+        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    box = {"proc": start()}
+
+    def busy() -> None:  # called before each case: the second grade is (again) running
+        if box["proc"].poll() is not None:
+            box["proc"] = start()
+
+    time.sleep(5)  # let it get past importing torch
+    yield busy
+    box["proc"].terminate()
+    box["proc"].wait(timeout=60)
+
+
+@pytest.mark.parametrize("case", TIMING_SENSITIVE)
+def test_timing_sensitive_cases_hold_while_a_second_grade_loads_the_machine(tmp_path, case, second_grade):
+    """With another grade busy on the same cores, a hang, an output flood and a memory hog still score 0 with
+    their own diagnosis, broadcast still gets full marks, and the grade still ends in time."""
+    second_grade()
+    code, expect = CASES[case]
+    results, seconds, _ = _grade(tmp_path, REFERENCE + code, timeout=240)
+    tests = _by_name(results)
+    attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
+    expected = expect if isinstance(expect, tuple) else (expect,)
+    assert attacked["score"] == 0 and any(e in attacked["output"] for e in expected), attacked
+    assert control["score"] == control["max_score"] > 0, control["output"]
+    assert seconds < 180, f"grading took {seconds:.0f} s under load"
+    assert not _leftover_sleepers(), _leftover_sleepers()
