@@ -7,7 +7,8 @@ interpreter USER can run (this one lives under root's home, which USER cannot en
 the user (``cs336grader``) and a grading venv that user can read (a copy of this venv re-pointed at
 Debian's ``/usr/bin/python3.11``, the same minor version), hides the staff checkout from other users
 for the duration, and grades part 6 twice: the reference (full marks), and a submission whose
-``training_memory_bytes`` first tries to read the staff reference and the rubric, to write into the
+``training_memory_bytes`` first tries to read the staff reference and the rubric, the judge's memory,
+environment and pipes (the channel's signing key; the judge is undumpable), to write into the
 checkout and next to the results, and raises "BREACH" if any of it worked; what it writes in /tmp (which
 anyone may write) must be gone after the grade.
 """
@@ -94,12 +95,15 @@ def test_the_reference_gets_full_marks_as_an_unprivileged_user(tmp_path, grading
 
 def test_the_submission_cannot_read_staff_files_or_write_outside_its_sandbox(tmp_path, grading_python,
                                                                              hidden_checkout):  # fmt: skip
-    """From a rank, reading the reference or the rubric and writing into the checkout or the results folder fail."""
+    """From a rank, reading the reference or the rubric, the judge's memory, environment or pipes (where the
+    signing key is), and writing into the checkout or the results folder all fail."""
     reads = [REPO / "reference_solutions" / "accounting.py", REPO / "scripts" / "grading" / "rubric.toml",
              REPO / "tests" / "staff" / "hidden" / "test_accounting_hidden.py"]  # fmt: skip
     writes = [REPO / "pwned-by-submission", tmp_path / "results" / "pwned-by-submission"]
     planted = Path("/tmp/cs336-planted-by-submission")  # /tmp is writable by anyone: removed after the run
     attack = f"""
+
+import os
 
 _reference_training_memory_bytes = training_memory_bytes
 
@@ -118,6 +122,17 @@ def training_memory_bytes(num_params, **kw):
             done.append("wrote " + path)
         except OSError:
             pass
+    judge = os.getppid()  # pytest: the channel's signing key lives only in its memory and its pipes
+    for path in ["/proc/%d/mem" % judge, "/proc/%d/environ" % judge]:
+        try:
+            open(path, "rb").close()  # opening is enough: /proc/PID/mem is then read at mapped addresses
+            done.append("opened " + path)
+        except OSError:
+            pass
+    try:
+        done.append("listed the judge's pipes: %s" % os.listdir("/proc/%d/fd" % judge))
+    except OSError:
+        pass
     if done:
         raise ValueError("BREACH: " + "; ".join(done))
     open({str(planted)!r}, "w").write("left behind")
