@@ -88,7 +88,7 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--world-sizes", default="2,4", help="standalone runs (ignored under torchrun)")
     parser.add_argument("--max-size", type=int, default=64 << 20, help="largest message in bytes (default 64 MiB)")
-    parser.add_argument("--samples", type=int, default=15,
+    parser.add_argument("--samples", type=int, default=60,
                         help="interleaved rounds per size, at least (4x for small messages)")  # fmt: skip
     args = parser.parse_args()
     sizes = [s for s in DEFAULT_SIZES if s <= args.max_size]
