@@ -2,8 +2,9 @@
 
     pytest tests/staff/grader/test_repeat.py -v
 
-CI runs a cheap configuration (part 6, 2 grades in a row, 2 at once); the full check is
-``python -m scripts.grading.repeat_grades`` (10 in a row + 2 at once, every part: handouts/grading.md).
+CI runs 10 grades in a row and 2 at once of one cheap part (part 6: about 15 s a grade, under 3 minutes in
+all); the full check, every part (~30 min), is ``python -m scripts.grading.repeat_grades``
+(handouts/grading.md).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ pytestmark = pytest.mark.staff
 
 
 def test_repeated_and_concurrent_grades_of_the_reference_agree_entry_by_entry():
-    """Two grades in a row and two at once give every entry the same score, all full marks."""
-    proc = subprocess.run([sys.executable, "-m", "scripts.grading.repeat_grades", "--times", "2", "--concurrent", "2",
+    """Ten grades in a row and two at once give every entry the same score, all full marks."""
+    proc = subprocess.run([sys.executable, "-m", "scripts.grading.repeat_grades", "--times", "10", "--concurrent", "2",
                            "--parts", "accounting", "--world-sizes", "1"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
