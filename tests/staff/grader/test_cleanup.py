@@ -118,6 +118,7 @@ def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path)
     keep_alive = "import subprocess, sys, time\nsubprocess.Popen(sys.argv[1:])\ntime.sleep(3600)\n"
     parent = subprocess.Popen([sys.executable, "-c", keep_alive, *_grade_cmd(tmp_path)], cwd=REPO, env=_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    tree: set[int] = set()
     try:
         tree = _started_tree(parent.pid, 4)  # the grader, pytest and at least two rank workers
         parent.kill()
@@ -127,7 +128,9 @@ def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path)
             _describe(survivors)
         )
     finally:
-        for pid in _tree(parent.pid) | tree:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in _survivors(tree, 0):  # what a failing run left behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
