@@ -90,6 +90,11 @@ def _describe(pids: list[int]) -> str:
     return ", ".join(out)
 
 
+def _assert_none_survive(tree: set[int], within: float, what: str) -> None:
+    survivors = _survivors(tree, within)
+    assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived {what}: {_describe(survivors)}"
+
+
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
 
@@ -103,10 +108,7 @@ def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(tmp_path, sig)
         tree = _started_tree(grader.pid, 3)  # pytest and at least two rank workers
         grader.send_signal(sig)
         grader.wait(timeout=60)
-        survivors = _survivors(tree, 1)
-        assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived the grader after {sig.name}: " + (
-            _describe(survivors)
-        )
+        _assert_none_survive(tree, 1, f"the grader after {sig.name}")
     finally:
         if grader.poll() is None:
             grader.kill()
@@ -123,10 +125,7 @@ def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path)
         tree = _started_tree(parent.pid, 4)  # the grader, pytest and at least two rank workers
         parent.kill()
         parent.wait(timeout=10)
-        survivors = _survivors(tree, 60)
-        assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived the grader's parent: " + (
-            _describe(survivors)
-        )
+        _assert_none_survive(tree, 60, "the grader's parent")
     finally:
         if parent.poll() is None:
             parent.kill()
