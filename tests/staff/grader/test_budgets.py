@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 
 from scripts.grading.rubric import RubricError, load_rubric
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -64,7 +64,7 @@ def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "collectives",
            "--rubric", str(_rubric_with_budget(tmp_path, BUDGET_S)), "--world-sizes", "2", "--deadline", "3",
            "--timeout", "600"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     start = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     seconds = time.monotonic() - start

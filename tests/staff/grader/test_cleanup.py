@@ -18,6 +18,7 @@ import time
 import pytest
 
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -95,14 +96,10 @@ def _assert_none_survive(tree: set[int], within: float, what: str) -> None:
     assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived {what}: {_describe(survivors)}"
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(tmp_path, sig):
     """After SIGTERM or SIGINT to a grade whose ranks spin forever, no process the grader started survives."""
-    grader = subprocess.Popen(_grade_cmd(tmp_path), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+    grader = subprocess.Popen(_grade_cmd(tmp_path), cwd=REPO, env=grader_env(), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         tree = _started_tree(grader.pid, 3)  # pytest and at least two rank workers
@@ -118,7 +115,7 @@ def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path)
     """The shell or batch system that started a grade is killed (SIGKILL: it cannot pass anything on): the
     grader, its pytest and every rank worker end too, within a minute."""
     keep_alive = "import subprocess, sys, time\nsubprocess.Popen(sys.argv[1:])\ntime.sleep(3600)\n"
-    parent = subprocess.Popen([sys.executable, "-c", keep_alive, *_grade_cmd(tmp_path)], cwd=REPO, env=_env(),
+    parent = subprocess.Popen([sys.executable, "-c", keep_alive, *_grade_cmd(tmp_path)], cwd=REPO, env=grader_env(),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     tree: set[int] = set()
     try:

@@ -11,7 +11,6 @@ untouched test (broadcast) still scores full marks, the grade ends in time and l
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -105,7 +105,7 @@ def _grade(tmp_path: Path, source: str, timeout: float = 150, select: str = SELE
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts",
            module, "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
            "--timeout", "120", "--memory-mb", "3000", *extra]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     env["CS336_FAKE_OUT"] = str(out)
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
@@ -121,11 +121,9 @@ def _leftover_sleepers() -> list[str]:
     return [line for line in out.splitlines() if "sleep 1000.5" in line]
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path, case):
-    """A hostile all_reduce scores 0 with a telling message; broadcast still gets full marks, in time, no leftovers."""
-    code, expect = CASES[case]
-    results, seconds, proc = _grade(tmp_path, REFERENCE + code)
+def _assert_only_the_attack_lost(results: dict, expect: str | tuple[str, ...]) -> None:
+    """The attacked test scored 0 and its output shows ``expect`` (or one of them); broadcast kept full marks,
+    and the total is broadcast's alone; no process the submission started is left."""
     tests = _by_name(results)
     attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
     assert attacked["score"] == 0 and attacked["status"] == "failed", attacked
@@ -133,8 +131,16 @@ def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path,
     assert any(e in attacked["output"] for e in expected), attacked["output"]
     assert control["score"] == control["max_score"] > 0, control["output"]
     assert results["score"] == control["max_score"] < 1000
-    assert seconds < 120, f"grading took {seconds:.0f} s"
     assert not _leftover_sleepers(), _leftover_sleepers()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path, case):
+    """A hostile all_reduce scores 0 with a telling message; broadcast still gets full marks, in time, no leftovers."""
+    code, expect = CASES[case]
+    results, seconds, _ = _grade(tmp_path, REFERENCE + code)
+    _assert_only_the_attack_lost(results, expect)
+    assert seconds < 120, f"grading took {seconds:.0f} s"
     assert not Path("/tmp/cs336-pwned").exists(), "a forged reply ran code in the judge"
 
 
@@ -226,7 +232,7 @@ def _grade_part_1(folder: Path, source: str) -> tuple[dict, float]:
     out = folder / "results.json"
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "collectives",
            "--deadline", "10"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     start = time.monotonic()
     subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     return json.loads(out.read_text()), time.monotonic() - start
@@ -263,7 +269,7 @@ def second_grade(tmp_path_factory):
     (sub / "collectives.py").write_text(REFERENCE)
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(folder / "results.json"),
            "--parts", "collectives", "--world-sizes", "2,4"]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
 
     def start():
         return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -287,10 +293,5 @@ def test_timing_sensitive_cases_hold_while_a_second_grade_loads_the_machine(tmp_
     second_grade()
     code, expect = CASES[case]
     results, seconds, _ = _grade(tmp_path, REFERENCE + code, timeout=240)
-    tests = _by_name(results)
-    attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
-    expected = expect if isinstance(expect, tuple) else (expect,)
-    assert attacked["score"] == 0 and any(e in attacked["output"] for e in expected), attacked
-    assert control["score"] == control["max_score"] > 0, control["output"]
+    _assert_only_the_attack_lost(results, expect)
     assert seconds < 180, f"grading took {seconds:.0f} s under load"
-    assert not _leftover_sleepers(), _leftover_sleepers()

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -51,7 +52,7 @@ def _grade(root: Path, accounting_source: str) -> dict:
         (root / folder).mkdir()
     (root / "submission" / "cs336_systems").mkdir()
     (root / "submission" / "cs336_systems" / "accounting.py").write_text(accounting_source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     env.update(AUTOGRADER_ROOT=str(root), CS336_PYTHON=sys.executable, CS336_RUN_AS="",
                CS336_GRADE_ARGS="--parts accounting --world-sizes 1")  # fmt: skip
     proc = subprocess.run(["bash", str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=300)

@@ -10,13 +10,13 @@ A TA's shared machine or a CI runner may start everything under ``ulimit -v 12G 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -46,7 +46,7 @@ def test_the_reference_gets_full_marks_under_low_inherited_limits(tmp_path):
         f"{sys.executable} -m scripts.grade {sub.parent} --out {out} --parts collectives "
         "--select 'float32 and not last' --world-sizes 2 --deadline 20 --test-timeout 60 --timeout 240"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     proc = subprocess.run(
         ["bash", "-c", f"{LOW_LIMITS} && exec {grade}"], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=300,

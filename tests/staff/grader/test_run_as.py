@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -80,7 +81,7 @@ def _grade(tmp_path: Path, source: str, python: str) -> dict:
     out = tmp_path / "results" / "results.json"
     cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "accounting",
            "--world-sizes", "1", "--run-as", USER, "--python", python]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.exists(), proc.stdout[-2000:] + proc.stderr[-2000:]
     return json.loads(out.read_text())
@@ -157,7 +158,7 @@ def open_folder():
 
 
 def _refusal(cmd: list[str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CS336_")}
+    env = grader_env()
     return subprocess.run([sys.executable, "-m", "scripts.grade", *cmd], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
