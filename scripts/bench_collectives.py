@@ -11,6 +11,8 @@ time the slowest rank's):
     bus bandwidth   busbw = M / t * 2(N-1)/N   (what each link carries in a ring; comparable
                                                across N and algorithms, as in nccl-tests)
     ratio           busbw / built-in busbw  (= built-in time / our time)
+    interval        where 90% of the ratios fall when the rounds are resampled (a bootstrap): how far this
+                    run's ratio can be trusted. Another run, in another spell of the machine, can land outside.
 Then it fits the alpha-beta model (alpha seconds per message, beta seconds per byte) to the ring's
 and recursive doubling's times for each world size, prints alpha, beta and the model's error at
 each point, and draws measured and modelled time against size with the crossover marked: the one
@@ -55,7 +57,7 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, size
     names = list(ops)
     backend = dist.get_backend()
     alpha, beta = C.ALPHA_BETA.get(backend, C.ALPHA_BETA["gloo"])
-    rows = []
+    rows, rounds = [], {}
     for size in tqdm(sizes, disable=rank != 0, desc=f"world {world_size}", leave=False):
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
         for op in ops.values():  # warm up every op (connections, allocator)
@@ -66,7 +68,21 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, size
                 times[name].append(_time_once(ops[name], x, device))
         chosen = C.choose_all_reduce_algorithm(size, world_size, alpha=alpha, beta=beta)
         rows.append((size, {name: statistics.median(t) for name, t in times.items()}, chosen))
-    return {"rows": rows, "alpha_beta": (alpha, beta), "backend": backend}
+        rounds[size] = times
+    return {"rows": rows, "rounds": rounds, "alpha_beta": (alpha, beta), "backend": backend}
+
+
+def ratio_interval(ours: list[float], builtin: list[float], level: float = 0.9, resamples: int = 2000):
+    """Bootstrap interval of median(builtin) / median(ours): resample whole rounds (the two times of a round
+    stay together, as they met the same spell of the machine) and take the central ``level`` of the ratios."""
+    import numpy as np
+
+    pairs = np.array([ours, builtin])  # (2, rounds)
+    picks = np.random.default_rng(0).integers(0, pairs.shape[1], size=(resamples, pairs.shape[1]))
+    medians = np.median(pairs[:, picks], axis=2)  # (2, resamples)
+    ratios = medians[1] / medians[0]
+    tail = (1 - level) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
 def _fmt_size(n: int) -> str:
@@ -108,21 +124,29 @@ def main() -> None:
         factor = 2 * (world - 1) / world
         for size, t, chosen in out["rows"]:
             cells = [world, _fmt_size(size)]
+            runs = out["rounds"][size]
             for name in names:
-                csv_rows.append([world, size, name, t[name], factor * size / t[name] / 1e9, t[BUILTIN] / t[name]])
+                low, high = ratio_interval(runs[name], runs[BUILTIN])
+                csv_rows.append([world, size, name, t[name], factor * size / t[name] / 1e9, t[BUILTIN] / t[name],
+                                 low, high, len(runs[name])])  # fmt: skip
                 cells.append(t[name] * 1e3)
-            cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in ALGORITHMS] + [chosen]
+            low, high = ratio_interval(runs["auto"], runs[BUILTIN])
+            cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in ALGORITHMS]
+            cells += [f"{low:.2f}-{high:.2f}", chosen]
             table.append(cells)
         fits[world] = _fit(acc, world, out["rows"])
     headers = ["world", "size", *(f"{n} ms" for n in names), "built-in busbw GB/s",
-               *(f"{a} / built-in" for a in ALGORITHMS), "auto picks"]  # fmt: skip
+               *(f"{a} / built-in" for a in ALGORITHMS), "auto 90% interval", "auto picks"]  # fmt: skip
     backend = next(iter(results.values()))["backend"]
     print(f"\nall_reduce ({args.impl}) vs dist.all_reduce, backend {backend}, float32; ratios of bus bandwidth\n")
     print(format_table(headers, table))
     write_csv(args.out / "bench_collectives.csv", ["world", "bytes", "algorithm", "seconds", "busbw_GBps",
-                                                    "ratio_to_builtin"], csv_rows)  # fmt: skip
-    worst = min((row[-2], row[0], row[1]) for row in table)  # the auto / built-in column
-    print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]})")
+                                                    "ratio_to_builtin", "ratio_90_low", "ratio_90_high",
+                                                    "rounds"], csv_rows)  # fmt: skip
+    worst = min((row[-3], row[0], row[1], row[-2]) for row in table)  # the auto / built-in column
+    print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]}; 90% interval {worst[3]})")
+    print("(intervals: bootstrap over the rounds of this run; they do not cover a slower or faster spell of the "
+          "machine in another run)")
     _report_fits(acc, results, fits)
     print(f"\nplot: {_plot(acc, results, fits, args.out / 'bench_collectives.png', backend)}")
 
