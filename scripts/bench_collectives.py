@@ -161,8 +161,9 @@ def _report_fits(acc, results, fits) -> None:
             continue
         alpha, beta = fit
         cross = _crossover_text(acc, world, alpha, beta)
+        bandwidth = f"{1 / beta / 1e9:.3g} GB/s" if beta > 0 else "unbounded: these sizes show no cost per byte"
         print(f"world {world}: fitted alpha = {alpha:.3g} s, beta = {beta:.3g} s/B "
-              f"(1/beta = {1 / beta / 1e9:.3g} GB/s), crossover {cross}")  # fmt: skip
+              f"(1/beta = {bandwidth}), crossover {cross}")  # fmt: skip
         errors = []
         for size, t, _ in results[world]["rows"]:
             for a in ("ring", "recursive_doubling"):
