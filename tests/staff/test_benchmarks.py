@@ -27,8 +27,8 @@ SMALLEST = {
     "bench_context_parallel": "--world-sizes 1,2 --seqs 64 --heads 2 --head-dim 8 --iters 1 --warmup 0",
     "bench_ddp": "--layers 1 --d-model 32 --d-ff 64 --batch 4 --caps 0.01,1 --steps 1 --rounds 1 --warmup 1",
     "bench_expert_parallel": "--world-sizes 2 --tokens 32 --d-model 16 --d-ff 32 --experts 4 --skews 0,0.5 --iters 1",
-    "bench_fsdp": "",
-    "bench_sharded_optimizer": "",
+    "bench_fsdp": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
+    "bench_sharded_optimizer": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
     "bench_mesh": "--layers 4 --d-model 32 --batch 16 --microbatches 2 --steps 1",
     "bench_pipeline": "--stages 2 --microbatches 1,2 --forward-ms 1 --backward-ms 1 --weight-ms 1 --steps 2 "
     "--gantt 2,2 --d-model 32 --layers 4 --batch 8 --step-microbatches 2 --step-repeats 1",
