@@ -125,14 +125,13 @@ def main() -> None:
         for size, t, chosen in out["rows"]:
             cells = [world, _fmt_size(size)]
             runs = out["rounds"][size]
+            intervals = {name: ratio_interval(runs[name], runs[BUILTIN]) for name in names}
             for name in names:
-                low, high = ratio_interval(runs[name], runs[BUILTIN])
                 csv_rows.append([world, size, name, t[name], factor * size / t[name] / 1e9, t[BUILTIN] / t[name],
-                                 low, high, len(runs[name])])  # fmt: skip
+                                 *intervals[name], len(runs[name])])  # fmt: skip
                 cells.append(t[name] * 1e3)
-            low, high = ratio_interval(runs["auto"], runs[BUILTIN])
             cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in ALGORITHMS]
-            cells += [f"{low:.2f}-{high:.2f}", chosen]
+            cells += ["{:.2f}-{:.2f}".format(*intervals["auto"]), chosen]
             table.append(cells)
         fits[world] = _fit(acc, world, out["rows"])
     headers = ["world", "size", *(f"{n} ms" for n in names), "built-in busbw GB/s",

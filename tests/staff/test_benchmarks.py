@@ -44,6 +44,7 @@ def test_every_benchmark_is_listed():
 
 @pytest.mark.parametrize("script", sorted(SMALLEST))
 def test_benchmark_runs_and_writes_its_results(script, tmp_path):
+    """``python scripts/<script>.py --impl reference`` at its smallest sizes exits 0 and writes a CSV or PNG."""
     out = tmp_path / "out"
     cmd = [sys.executable, f"scripts/{script}.py", "--impl", "reference", "--out", str(out), *SMALLEST[script].split()]
     try:
