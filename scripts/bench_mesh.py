@@ -166,6 +166,10 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=4, help="pipeline microbatches m (default 4)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per scheme (default 5)")
     args = parser.parse_args()
+    deepest = max(shape["pp"] for shape in SCHEMES.values())
+    if args.layers + 1 < deepest:  # every pipeline stage needs a module of DeepMLP (its blocks and head)
+        parser.error(f"--layers {args.layers} gives {args.layers + 1} modules (blocks and head), fewer than the "
+                     f"{deepest} pipeline stages of the deepest scheme: use --layers >= {deepest - 1}")  # fmt: skip
     results = launch(8, trainer_rank, backend=args.backend, impl=args.impl, args=args)
     if not main_rank():
         return

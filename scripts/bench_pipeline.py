@@ -297,6 +297,11 @@ def main() -> None:
     labels = args.schedules.split(",")
     runs = [r for r in RUNS if r[0] in labels]
     gantt_p, gantt_m = (int(v) for v in args.gantt.split(","))
+    for p in filter(None, stages):  # the real step cuts DeepMLP (blocks + head) into p chunks, 2p for interleaved/ZBV
+        chunks = 2 * p if p >= 2 and args.step_microbatches % p == 0 else p
+        if args.layers + 1 < chunks:
+            parser.error(f"--layers {args.layers} gives {args.layers + 1} modules (blocks and head), fewer than the "
+                         f"{chunks} chunks the real step cuts at p = {p}: use --layers >= {chunks - 1}")  # fmt: skip
     times_ms = (args.forward_ms, args.backward_ms, args.weight_ms)
     preflight(args.impl)
     A = accounting(args.impl)
