@@ -188,7 +188,7 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
 
     # (name, our schedule, our chunks per rank, torch schedule class, torch's chunk indices on this rank)
     setups = [(name, name, 1, theirs, [rank]) for name, theirs in [("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)]]
-    if p >= 2 and m % p == 0:
+    if fits("interleaved", p, m):  # the two-chunk placements (interleaved, ZBV) need what interleaving needs
         setups.append(("interleaved-v2", "interleaved", 2, ScheduleInterleaved1F1B, [rank, rank + p]))
         setups.append(("zb-h1 vs InterleavedZeroBubble", "zb-h1", 1, ScheduleInterleavedZeroBubble, [rank]))
         setups.append(("zb-h1 vs ZBVZeroBubble", "zb-h1", 1, ScheduleZBVZeroBubble, [rank, 2 * p - 1 - rank]))
@@ -298,7 +298,7 @@ def main() -> None:
     runs = [r for r in RUNS if r[0] in labels]
     gantt_p, gantt_m = (int(v) for v in args.gantt.split(","))
     for p in filter(None, stages):  # the real step cuts DeepMLP (blocks + head) into p chunks, 2p for interleaved/ZBV
-        chunks = 2 * p if p >= 2 and args.step_microbatches % p == 0 else p
+        chunks = 2 * p if fits("interleaved", p, args.step_microbatches) else p
         if args.layers + 1 < chunks:
             parser.error(f"--layers {args.layers} gives {args.layers + 1} modules (blocks and head), fewer than the "
                          f"{chunks} chunks the real step cuts at p = {p}: use --layers >= {chunks - 1}")  # fmt: skip
