@@ -26,6 +26,7 @@ from cs336_systems.models import DeepMLP
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, format_events
+from tests.oracles.pipeline_sim import simulate
 
 SCHEDULES = ["gpipe", "1f1b"]
 # Microbatch counts below, equal to and above the number of stages p (ids usable with -k).
@@ -174,26 +175,6 @@ def test_one_f_one_b_warms_up_then_alternates_then_cools_down():
             )
 
 
-def _simulate(stages: list[list[tuple[str, int]]], f: int = 1, b: int = 2):
-    """Run every stage's actions in order, as a pipeline would: sends never block, F(i) on stage s
-    waits for F(i) on stage s - 1 and B(i) for B(i) on stage s + 1. Returns (makespan, stuck stages)."""
-    p, done, pos, free = len(stages), {}, [0] * len(stages), [0] * len(stages)
-    progress = True
-    while progress:
-        progress = False
-        for s in range(p):
-            while pos[s] < len(stages[s]):
-                kind, i = stages[s][pos[s]]
-                dep = (
-                    (s - 1, "F", i) if kind == "F" and s > 0 else (s + 1, "B", i) if kind == "B" and s < p - 1 else None
-                )
-                if dep is not None and dep not in done:
-                    break  # blocked on a receive
-                free[s] = done[(s, kind, i)] = max(free[s], done.get(dep, 0)) + (f if kind == "F" else b)
-                pos[s], progress = pos[s] + 1, True
-    return max(free), [s for s in range(p) if pos[s] < len(stages[s])]
-
-
 @pytest.mark.task5_2
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_schedules_never_deadlock_and_idle_exactly_the_bubble(name):
@@ -204,7 +185,7 @@ def test_schedules_never_deadlock_and_idle_exactly_the_bubble(name):
     schedules = computed_schedules()
     for p, m in GRID:
         per_stage = [schedules[(name, p, m, s)] for s in range(p)]
-        makespan, stuck = _simulate(per_stage)
+        makespan, stuck = simulate(per_stage)
         assert not stuck, f"{name}, {p} stages, {m} microbatches: stages {stuck} wait on each other forever " + (
             "; ".join(f"stage {s}: {_fmt(a)}" for s, a in enumerate(per_stage))
         )

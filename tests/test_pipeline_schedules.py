@@ -25,6 +25,7 @@ from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, format_events
+from tests.oracles.pipeline_sim import simulate
 from tests.test_pipeline import _bounds, _oracle_1f1b, assert_matches_oracle, build_model, make_batches, oracle_steps
 
 # ## Oracles -------------------------------------------------------------------------------------
@@ -79,31 +80,6 @@ def _peak(actions, release: str = "B") -> int:
         elif kind == release:
             live.discard((i, c))
     return peak
-
-
-def _simulate(stages, v: int = 1, cost=None):
-    """Run every rank's (kind, microbatch, chunk) actions in order; sends never block. Local chunk c of
-    rank r is global chunk c·p + r. Returns (makespan, stuck ranks)."""
-    cost = cost or {"F": 1, "B": 2, "W": 0}
-    p, done, pos, free = len(stages), {}, [0] * len(stages), [0] * len(stages)
-    last = p * v - 1
-    progress = True
-    while progress:
-        progress = False
-        for r in range(p):
-            while pos[r] < len(stages[r]):
-                kind, i, c = stages[r][pos[r]]
-                g = c * p + r
-                dep = {
-                    "F": ("F", i, g - 1) if g > 0 else None,
-                    "B": ("B", i, g + 1) if g < last else ("F", i, g),
-                    "W": ("B", i, g),
-                }[kind]
-                if dep is not None and dep not in done:
-                    break  # waits for a message (or, for a W, for its own B)
-                free[r] = done[(kind, i, g)] = max(free[r], done.get(dep, 0)) + cost[kind]
-                pos[r], progress = pos[r] + 1, True
-    return max(free), [r for r in range(p) if pos[r] < len(stages[r])]
 
 
 def _recomputed_alive(actions) -> int:
@@ -192,7 +168,7 @@ def test_interleaved_never_deadlocks_and_idles_exactly_its_bubble():
     for p, v, m in INTERLEAVED_GRID:
         ranks = [schedules[(p, v, m, r)] for r in range(p)]
         where = f"interleaved, p={p}, v={v}, m={m}"
-        makespan, stuck = _simulate(ranks, v)
+        makespan, stuck = simulate(ranks, v)
         assert not stuck, f"{where}: ranks {stuck} wait on each other forever; " + "; ".join(
             f"rank {r}: {_fmt3(a)}" for r, a in enumerate(ranks)
         )
@@ -241,7 +217,7 @@ def test_zero_bubble_idles_a_third_of_1f1b_at_the_same_peak_activations():
     schedules = computed("zb-h1")
     for p, m in ZB_GRID:
         stages = [schedules[(p, m, s)] for s in range(p)]
-        makespan, stuck = _simulate(stages, cost={"F": 1, "B": 1, "W": 1})
+        makespan, stuck = simulate(stages, cost={"F": 1, "B": 1, "W": 1})
         where = f"zb-h1, p={p}, m={m}"
         assert not stuck, f"{where}: stages {stuck} wait on each other forever; " + "; ".join(
             f"stage {s}: {_fmt3(a)}" for s, a in enumerate(stages)
@@ -482,7 +458,7 @@ def test_accounting_bubble_and_peak_equal_the_simulated_schedules():
                 expected = m
         elif key[0] == "bubble" and key[1] == "zb-h1":
             _, name, p, m, f, b, w = key
-            makespan, _ = _simulate([_oracle_zb_h1(p, m, s) for s in range(p)], cost={"F": f, "B": b, "W": w})
+            makespan, _ = simulate([_oracle_zb_h1(p, m, s) for s in range(p)], cost={"F": f, "B": b, "W": w})
             expected = 1 - m * (f + b + w) / makespan
         elif key[0] == "bubble":
             _, name, p, v, m = key
@@ -490,7 +466,7 @@ def test_accounting_bubble_and_peak_equal_the_simulated_schedules():
                 stages = [[("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)] for _ in range(p)]
             else:
                 stages = [_oracle(name, p, m, s, v) for s in range(p)]
-            expected = 1 - 3 * v * m / _simulate(stages, v)[0]
+            expected = 1 - 3 * v * m / simulate(stages, v)[0]
         else:
             continue
         assert value == pytest.approx(expected, abs=1e-12), f"accounting {key}: got {value}, simulated {expected}"
