@@ -3,7 +3,7 @@
 # autograder exactly as a student submission would be graded, and print the score.
 #
 #     bash scripts/main.sh                   # all parts, gloo on CPU, world sizes 1,2,4
-#     bash scripts/main.sh --parts 1,2       # extra arguments go to the grader (python -m scripts.grade)
+#     bash scripts/main.sh --parts 1,2       # extra arguments go to the grader (python -m scripts.grading)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,7 +13,7 @@ trap 'rm -rf "$submission"' EXIT
 mkdir -p "$submission/cs336_systems"
 cp reference_solutions/*.py "$submission/cs336_systems/"
 mkdir -p out
-.venv/bin/python -m scripts.grade "$submission" --out out/results.json "$@"
+.venv/bin/python -m scripts.grading "$submission" --out out/results.json "$@"
 echo "results: out/results.json"
 # The reference must get every point it was graded on; anything less is a bug in the kit, so fail.
 .venv/bin/python -c '

@@ -1,4 +1,4 @@
-"""The autograder (staff only): ``python -m scripts.grade`` is its command line, handouts/grading.md its guide.
+"""The autograder (staff only): ``python -m scripts.grading`` is its command line, handouts/grading.md its guide.
 
     staff.py      what is staff-only, and what may reach the grading machine (one table)
     sandbox.py    reads a submission's part modules and builds the private sandbox pytest runs in
@@ -8,6 +8,6 @@
     rubric.py     rubric.toml's points and visibility, and the scoring of test cases
     make_autograder_zip.py   the Gradescope upload (gradescope/ holds its setup.sh and run_autograder)
 
-Run everything from the repository root as modules (``python -m scripts.grade ...``): imports are
+Run everything from the repository root as modules (``python -m scripts.grading ...``): imports are
 absolute (``scripts.grading.x``, ``tests.harness.x``) and no file edits ``sys.path``.
 """

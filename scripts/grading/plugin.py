@@ -11,7 +11,7 @@ summary) nor a results file (a submission can write one). Instead:
 - every event is one line signed under that key (wire format: channel.py); the runner drops lines
   that do not verify or arrive out of order;
 - this process makes itself non-dumpable, so a rank running as the same (non-root) user cannot read
-  its memory or its file descriptors through /proc (``python -m scripts.grade --run-as`` covers root).
+  its memory or its file descriptors through /proc (``python -m scripts.grading --run-as`` covers root).
 
 The one place where data from student code enters this process, the rank replies, is hardened by
 the harness itself (tests/harness/replies.py: only plain data is rebuilt).

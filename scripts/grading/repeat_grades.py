@@ -4,7 +4,7 @@
     python -m scripts.grading.repeat_grades --times 3 --concurrent 2 --parts accounting,collectives
 
 A grade that depends on timing (a deadline hit under load, a flaky tolerance, a port taken by the other
-grade) shows up as an entry whose score differs between runs. Each grade is ``python -m scripts.grade``
+grade) shows up as an entry whose score differs between runs. Each grade is ``python -m scripts.grading``
 on a copy of ``reference_solutions`` submitted as ``cs336_systems/``; the concurrent ones go through
 ``--batch --jobs N``, so N grades share the machine. Prints each run's time and total, then every
 entry whose score was not the same in all runs; exits 1 if there is one (or a run is not full marks).
@@ -46,7 +46,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--times", type=int, default=10, help="grades one after another (default 10)")
     p.add_argument("--concurrent", type=int, default=2, help="grades at the same time, via --batch (default 2)")
-    p.add_argument("--parts", default=None, help="only these rubric entries (as scripts.grade --parts)")
+    p.add_argument("--parts", default=None, help="only these rubric entries (as scripts.grading --parts)")
     p.add_argument("--world-sizes", default="1,2,4")
     args = p.parse_args()
     runs: list[tuple[str, float, dict]] = []  # (label, seconds, results)
@@ -55,7 +55,7 @@ def main() -> int:
         sub = _submission(tmp / "reference")
         for i in range(args.times):
             out, start = tmp / f"alone-{i}.json", time.monotonic()
-            subprocess.run([sys.executable, "-m", "scripts.grade", str(sub), "--out", str(out), *_grade_args(args)],
+            subprocess.run([sys.executable, "-m", "scripts.grading", str(sub), "--out", str(out), *_grade_args(args)],
                            cwd=REPO, capture_output=True, text=True)  # fmt: skip
             runs.append((f"alone {i + 1}", time.monotonic() - start, json.loads(out.read_text())))
             print(f"{runs[-1][0]}: {runs[-1][2]['score']} in {runs[-1][1]:.0f} s", flush=True)
@@ -64,7 +64,7 @@ def main() -> int:
             for j in range(args.concurrent):
                 _submission(batch / f"copy{j}")
             start = time.monotonic()
-            subprocess.run([sys.executable, "-m", "scripts.grade", "--batch", str(batch), "--jobs",
+            subprocess.run([sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--jobs",
                             str(args.concurrent), "--results-dir", str(tmp / "batch-results"), *_grade_args(args)],
                            cwd=REPO, capture_output=True, text=True)  # fmt: skip
             seconds = time.monotonic() - start

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.grading.staff import reaches_grading_machine
-from scripts.make_submission import MAX_MODULE_BYTES, PART_MODULES
+from scripts.tools.submission import MAX_MODULE_BYTES, PART_MODULES
 
 # The plugin is imported by this name inside the sandbox, from copies of these files (same paths as here).
 PLUGIN_NAME = "scripts.grading.plugin"

@@ -4,7 +4,7 @@
     is_staff_only("tests/staff/hidden/test_ddp_hidden.py")            # True: never in the student release
     reaches_grading_machine("tests/staff/hidden/test_ddp_hidden.py")  # True: graded, so in the Gradescope zip
 
-Two rules, one table. The student release (scripts/make_student_release.py) drops every path below.
+Two rules, one table. The student release (scripts/release/cut.py) drops every path below.
 The grading machine (scripts/grading/make_autograder_zip.py, and the sandbox a submission runs in,
 scripts/grading/sandbox.py) gets the kit minus the paths marked ``grading=False``: the hidden tests
 and the grader must be there, the reference and the tests that need it (mutants, grader tests,
@@ -32,13 +32,12 @@ STAFF_ONLY = (
     StaffPath("tests/staff/mutants/", "mutants", grading=False),
     StaffPath("tests/staff/grader/", "grader", grading=False),
     StaffPath("tests/staff/test_api_parity.py", "parity", grading=False),
-    StaffPath("tests/staff/test_benchmarks.py", "benchmarks", grading=False),  # runs scripts/ on the reference
+    StaffPath("tests/staff/test_benchmarks.py", "benchmarks", grading=False),  # runs scripts/bench/ on the reference
     # A second implementation (the reference's work, its own bad-input wording) and its test.
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
-    StaffPath("scripts/grade.py", "tool", grading=True),
     StaffPath("scripts/grading/", "tool", grading=True),
-    StaffPath("scripts/make_student_release.py", "tool", grading=False),
+    StaffPath("scripts/release/cut.py", "tool", grading=False),
     StaffPath("scripts/main.sh", "tool", grading=False),
     StaffPath(".ci/", "tool", grading=False),
     StaffPath("handouts/grading.md", "docs", grading=False),

@@ -1,4 +1,4 @@
-"""Staff tests of the grader: each grades a crafted submission through ``python -m scripts.grade``."""
+"""Staff tests of the grader: each grades a crafted submission through ``python -m scripts.grading``."""
 
 import os
 

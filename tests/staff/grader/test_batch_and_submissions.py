@@ -64,7 +64,7 @@ def test_batch_grades_every_submission_and_writes_a_csv(tmp_path):
         zf.write(REPO / "cs336_systems" / "collectives.py", "cs336_systems/collectives.py")
     out_csv = tmp_path / "grades.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "scripts.grade", "--batch", str(batch), "--csv", str(out_csv),
+        [sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--csv", str(out_csv),
          "--jobs", "2", "--parts", "collectives", "--select", "broadcast and float32 and first",
          "--world-sizes", "2", "--timeout", "120"],
         cwd=REPO, capture_output=True, text=True, timeout=300,

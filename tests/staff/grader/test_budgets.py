@@ -61,7 +61,7 @@ def test_a_submission_that_hangs_everywhere_ends_with_its_part_budget_and_every_
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(_hanging_everywhere((REPO / "cs336_systems" / "collectives.py").read_text()))
     out = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "collectives",
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts", "collectives",
            "--rubric", str(_rubric_with_budget(tmp_path, BUDGET_S)), "--world-sizes", "2", "--deadline", "3",
            "--timeout", "600"]  # fmt: skip
     env = grader_env()

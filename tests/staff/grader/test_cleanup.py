@@ -57,7 +57,7 @@ def _grade_cmd(tmp_path) -> list[str]:
     sub = tmp_path / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(SPINNING)
-    return [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(tmp_path / "r.json"),
+    return [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(tmp_path / "r.json"),
             "--parts", "collectives", "--select", "all_reduce", "--world-sizes", "2", "--deadline", "60",
             "--timeout", "300"]  # fmt: skip
 

@@ -4,7 +4,7 @@
 
 Each case copies reference_solutions/collectives.py into a temporary submission, breaks ``all_reduce``
 (or the module's import) in one hostile way, grades two tests of part 1 at world size 2 through
-``python -m scripts.grade`` in a subprocess, and checks: the attacked test scores 0 with a clear message, the
+``python -m scripts.grading`` in a subprocess, and checks: the attacked test scores 0 with a clear message, the
 untouched test (broadcast) still scores full marks, the grade ends in time and leaves no process.
 """
 
@@ -102,7 +102,7 @@ def _grade(tmp_path: Path, source: str, timeout: float = 150, select: str = SELE
     sub.mkdir(parents=True)
     (sub / f"{module}.py").write_text(source)
     out = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts",
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts",
            module, "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
            "--timeout", "120", "--memory-mb", "3000", *extra]  # fmt: skip
     env = grader_env()
@@ -230,7 +230,7 @@ def _grade_part_1(folder: Path, source: str) -> tuple[dict, float]:
     (sub / "collectives.py").write_text(source)
     shutil.copy(REPO / "reference_solutions" / "accounting.py", sub)  # task 1.7's cost model lives there
     out = folder / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "collectives",
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts", "collectives",
            "--deadline", "10"]  # fmt: skip
     env = grader_env()
     start = time.monotonic()
@@ -267,7 +267,7 @@ def second_grade(tmp_path_factory):
     sub = folder / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "collectives.py").write_text(REFERENCE)
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(folder / "results.json"),
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(folder / "results.json"),
            "--parts", "collectives", "--world-sizes", "2,4"]  # fmt: skip
     env = grader_env()
 

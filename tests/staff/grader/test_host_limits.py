@@ -43,7 +43,7 @@ def test_the_reference_gets_full_marks_under_low_inherited_limits(tmp_path):
     (sub / "collectives.py").write_text((REPO / "reference_solutions" / "collectives.py").read_text())
     out = tmp_path / "results.json"
     grade = (
-        f"{sys.executable} -m scripts.grade {sub.parent} --out {out} --parts collectives "
+        f"{sys.executable} -m scripts.grading {sub.parent} --out {out} --parts collectives "
         "--select 'float32 and not last' --world-sizes 2 --deadline 20 --test-timeout 60 --timeout 240"
     )
     env = grader_env()

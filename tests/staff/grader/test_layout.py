@@ -17,7 +17,7 @@ from scripts.grading.rubric import load_rubric
 from scripts.grading.runner import ChannelReader
 from scripts.grading.sandbox import PLUGIN_FILES, StaffFiles
 from scripts.grading.staff import STAFF_ONLY, STAFF_TESTS, is_staff_only, path_of, reaches_grading_machine
-from scripts.make_submission import PART_MODULES
+from scripts.tools.submission import PART_MODULES
 from tests.harness.pool import ROOT
 
 pytestmark = pytest.mark.staff
@@ -60,7 +60,7 @@ def test_the_grading_machine_gets_the_hidden_tests_but_not_the_reference_or_what
 def test_part_modules_are_the_stubs_and_rubric_entries_are_named_after_them():
     """PART_MODULES lists exactly the stub modules; each rubric entry is one of them, in order, grading its tests."""
     stubs = {p.stem for p in (ROOT / "cs336_systems").glob("*.py")} - GIVEN_HELPERS
-    assert set(PART_MODULES) == stubs, f"scripts/make_submission.py PART_MODULES {PART_MODULES} != stubs {stubs}"
+    assert set(PART_MODULES) == stubs, f"scripts/tools/submission.py PART_MODULES {PART_MODULES} != stubs {stubs}"
     rubric = load_rubric()
     graded = [m for m in PART_MODULES if m in rubric.parts]
     assert list(rubric.parts) == graded, f"rubric entries {list(rubric.parts)} must be part modules, in part order"

@@ -79,7 +79,7 @@ def _grade(tmp_path: Path, source: str, python: str) -> dict:
     sub.mkdir(parents=True)
     (sub / "accounting.py").write_text(source)
     out = tmp_path / "results" / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grade", str(sub.parent), "--out", str(out), "--parts", "accounting",
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts", "accounting",
            "--world-sizes", "1", "--run-as", USER, "--python", python]  # fmt: skip
     env = grader_env()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -159,7 +159,7 @@ def open_folder():
 
 def _refusal(cmd: list[str]) -> subprocess.CompletedProcess:
     env = grader_env()
-    return subprocess.run([sys.executable, "-m", "scripts.grade", *cmd], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "scripts.grading", *cmd], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
 

@@ -13,7 +13,6 @@ ring_attention.png   the causal score matrix of a sequence on N ranks, contiguou
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -22,8 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT  # noqa: E402
+from scripts.bench.common import ROOT  # noqa: E402
 
 FIGURE = ROOT / "handouts" / "figures" / "ring_attention.png"
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]

@@ -33,12 +33,21 @@ import weakref
 
 import torch
 import torch.distributed as dist
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
 from matplotlib.colors import to_rgb
 from torch import nn
 from tqdm import tqdm
 
 from cs336_systems.models import DeepMLP
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    save_plot,
+    under_torchrun,
+    write_csv,
+)
 
 # (label, schedule, chunks per rank): every schedule of Part 5, as the tables and charts name them.
 RUNS = [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1), ("interleaved-v2", "interleaved", 2),

@@ -16,9 +16,18 @@ import time
 
 import torch
 import torch.distributed as dist
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
 
 from cs336_systems.models import DeepMLP
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    save_plot,
+    under_torchrun,
+    write_csv,
+)
 
 BYTES = {"param_bytes": 4, "grad_bytes": 4, "optimizer_bytes": 8}  # fp32 AdamW, no separate master copy
 

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 from matplotlib import pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ROOT / "handouts" / "figures"
 RANK_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
 OTHER_SCRIPTS = ["draw_recursive_doubling.py", "draw_pipeline_schedules.py", "draw_mesh_figures.py"]

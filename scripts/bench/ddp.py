@@ -24,11 +24,11 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
 from tqdm import tqdm
 
 from cs336_systems.models import DeepMLP
 from cs336_systems.utils import random_batch, seed_everything, synchronize
+from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
 
 TORCH_DEFAULT_CAP_MB = 25.0
 

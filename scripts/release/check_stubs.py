@@ -94,7 +94,7 @@ def run(root: Path, impl: str = "student", timeout: float = 1800, extra: list[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1], help="the kit's folder")
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2], help="the kit's folder")
     parser.add_argument("--impl", default="student", help="package holding the stubs (default: student)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds for the whole run")
     args, extra = parser.parse_known_args()

@@ -12,19 +12,15 @@ A trivial test = every rank all-reduces one element and returns it.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.harness import CONFIG, run_ranks  # noqa: E402
-from tests.harness.pool import get_pool, shutdown_pools  # noqa: E402
+from tests.harness import CONFIG, run_ranks
+from tests.harness.pool import get_pool, shutdown_pools
 
 
 def trivial_rank(ctx):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-FIGURE = Path(__file__).resolve().parents[1] / "handouts" / "figures" / "recursive_doubling.png"
+FIGURE = Path(__file__).resolve().parents[2] / "handouts" / "figures" / "recursive_doubling.png"
 
 
 def schedule(n: int) -> list[tuple[str, list[tuple[int, int]]]]:

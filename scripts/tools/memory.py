@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from benchlib import format_table, load_impl, resolve_impl
+from scripts.bench.common import format_table, load_impl, resolve_impl
 
 STAGES = {
     0: "DDP (nothing sharded)",

@@ -24,8 +24,9 @@ import argparse
 
 import torch
 import torch.distributed as dist
-from benchlib import load_impl
-from zero_benchlib import add_model_args, run
+
+from scripts.bench.common import load_impl
+from scripts.bench.zero import add_model_args, run
 
 METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is compared with)
     "unsharded": (0, "torch_fsdp2"),

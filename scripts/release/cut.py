@@ -1,12 +1,12 @@
 """Write the student release of the kit to OUT and check it (staff only; run from the repository root).
 
-    python -m scripts.make_student_release ../cs336-systems-release       # write and check
-    python -m scripts.make_student_release OUT --no-check                 # write only
+    python -m scripts.release.cut ../cs336-systems-release       # write and check
+    python -m scripts.release.cut OUT --no-check                 # write only
 
 The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones,
 listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
-tests, mutants, grader tests, the API-parity test), the grader (``scripts/grade.py``,
-``scripts/grading/``), this script, ``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
+tests, mutants, grader tests, the API-parity test), the grader (``scripts/grading/``), this script,
+``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
 ``pyproject.toml`` loses the reference package; README sections between ``<!-- staff -->`` and
 ``<!-- /staff -->`` are cut. Then the release is checked:
 1. no staff file and no staff text: no line of the reference's code that the stubs do not share, no
@@ -14,7 +14,7 @@ tests, mutants, grader tests, the API-parity test), the grader (``scripts/grade.
 2. a fresh install works: a new virtual environment (reusing this one's dependencies, not this
    checkout) installs the release with pip;
 3. ``pytest tests/`` there: tests marked ``harness`` pass, and every other test fails cleanly with the
-   stubs' ``NotImplementedError`` naming its handout section (scripts/check_stubs.py's judge).
+   stubs' ``NotImplementedError`` naming its handout section (scripts/release/check_stubs.py's judge).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from scripts import check_stubs
 from scripts.grading.staff import STAFF_ONLY, STAFF_TESTS, is_staff_only, path_of
+from scripts.release import check_stubs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STAFF_SECTION = re.compile(r"<!-- staff -->.*?<!-- /staff -->\n?", re.S)
 
 
@@ -108,12 +108,12 @@ def run_release_tests(python: Path, out: Path) -> list[str]:
     harness = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     if harness.returncode not in (0, 5):
         problems.append(f"harness tests fail in the release:\n{harness.stdout[-3000:]}")
-    print("release: the student tests against the stubs, as scripts/check_stubs.py judges them")
+    print("release: the student tests against the stubs, as scripts/release/check_stubs.py judges them")
     return problems + check_stubs.run(out, "student", extra=["--world-sizes", "1,2"], python=python)
 
 
 def run_release_scripts(python: Path, out: Path) -> list[str]:
-    """Every script a student may run works in the release's own venv: --help, the planner, make_submission."""
+    """Every script a student may run works in the release's own venv: --help, the planner, the submission zip."""
     problems = []
 
     def run(args: list[str], what: str, ok_if_unimplemented: bool = False) -> None:
@@ -127,14 +127,20 @@ def run_release_scripts(python: Path, out: Path) -> list[str]:
         if r.returncode != 0 and not (ok_if_unimplemented and "NotImplementedError" in r.stderr):
             problems.append(f"{what} fails in the release (exit {r.returncode}):\n{(r.stdout + r.stderr)[-2000:]}")
 
-    scripts = sorted(p for p in (out / "scripts").glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
-    print(f"release: --help of {len(scripts)} scripts, the memory planner, make_submission")
-    for script in scripts:
-        run([str(script.relative_to(out)), "--help"], f"{script.relative_to(out)} --help")
-    run(["scripts/memory_planner.py", "--params", "7.5e9", "--gpus", "64", "--gpu-memory", "32"],
-        "scripts/memory_planner.py (the README's example)", ok_if_unimplemented=True)  # fmt: skip
+    # Every shipped command, run as the README and the handouts do: python -m scripts.<package>.<module>.
+    modules = sorted(
+        ".".join(p.relative_to(out).with_suffix("").parts).removesuffix(".__main__")
+        for p in (out / "scripts").rglob("*.py")
+        if 'if __name__ == "__main__"' in p.read_text()
+    )
+    print(f"release: --help of {len(modules)} scripts, the memory planner, the submission zip")
+    for module in modules:
+        run(["-m", module, "--help"], f"python -m {module} --help")
+    run(["-m", "scripts.tools.memory", "--params", "7.5e9", "--gpus", "64", "--gpu-memory", "32"],
+        "python -m scripts.tools.memory (the README's example)", ok_if_unimplemented=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        run(["scripts/make_submission.py", "--out", str(Path(tmp) / "submission.zip")], "scripts/make_submission.py")
+        zip_path = str(Path(tmp) / "submission.zip")
+        run(["-m", "scripts.tools.submission", "--out", zip_path], "python -m scripts.tools.submission")
     return problems
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-from benchlib import format_table, load_impl, resolve_impl
+from scripts.bench.common import format_table, load_impl, resolve_impl
 
 # Published dense models (the planner's domain) and the hand-worked examples of the handout.
 PRESETS = {

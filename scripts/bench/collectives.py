@@ -28,8 +28,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, under_torchrun, write_csv
 from tqdm import tqdm
+
+from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, under_torchrun, write_csv
 
 DEFAULT_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ALGORITHMS = ["ring", "recursive_doubling", "auto"]

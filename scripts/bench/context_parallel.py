@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.*, cs336_systems
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
 from tqdm import tqdm
 
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    save_plot,
+    under_torchrun,
+    write_csv,
+)
 from tests.harness.recorder import CommRecorder, bytes_sent
 from tests.test_context_parallel import MatmulLog
 

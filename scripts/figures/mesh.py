@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -22,8 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, load_impl, resolve_impl  # noqa: E402
+from scripts.bench.common import ROOT, load_impl, resolve_impl  # noqa: E402
 
 FIGURES = ROOT / "handouts" / "figures"
 SHAPE = {"dp": 2, "pp": 2, "tp": 2}

@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[1] / "handouts" / "figures" / "expert_parallel_dispatch.png"
+OUT = Path(__file__).resolve().parents[2] / "handouts" / "figures" / "expert_parallel_dispatch.png"
 COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2"]  # experts E0..E3
 ROUTES = {0: [0, 2, 0, 1], 1: [3, 0, 2, 1]}  # rank -> expert of each token t0..t3 (top-1)
 CAPACITY = 2  # per expert, over both ranks: rank 0's E0 tokens come first in the queue

@@ -2,10 +2,10 @@
 
 Run from the repository root, as a module (imports are ``scripts.grading.*`` and ``tests.harness.*``):
 
-    python -m scripts.grade submission.zip --out results.json          # one submission (zip or folder)
-    python -m scripts.grade sub/ --out r.json --parts collectives      # only part 1
-    python -m scripts.grade sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
-    python -m scripts.grade --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
+    python -m scripts.grading submission.zip --out results.json          # one submission (zip or folder)
+    python -m scripts.grading sub/ --out r.json --parts collectives      # only part 1
+    python -m scripts.grading sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
+    python -m scripts.grading --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
 
 How (details in handouts/grading.md and scripts/grading/*.py): the submission's part modules are
 read (never extracted) and placed, with the staff tests and the staff copies of the given helpers, in
@@ -39,7 +39,7 @@ from scripts.grading.staff import path_of
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HIDDEN_TESTS = path_of("hidden")  # tests/staff/hidden/: only the hidden run's sandbox holds them
 
 
@@ -219,7 +219,7 @@ def grade_one(args) -> int:
 def _batch(args) -> int:
     from tqdm import tqdm
 
-    # Absolute paths: each submission is graded by `python -m scripts.grade` started in the repository root.
+    # Absolute paths: each submission is graded by `python -m scripts.grading` started in the repository root.
     subs = sorted(p.resolve() for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
     out_dir = (args.results_dir or args.batch.with_name(args.batch.name + "-results")).resolve()
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
@@ -240,7 +240,7 @@ def _batch(args) -> int:
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "scripts.grade", str(sub), "--out", str(out), *passthrough],
+        proc = subprocess.run([sys.executable, "-m", "scripts.grading", str(sub), "--out", str(out), *passthrough],
                               cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
         return sub, out, proc.returncode, time.monotonic() - start
 

@@ -16,7 +16,6 @@ import importlib
 import importlib.util
 import os
 import queue as queue_module
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,11 +24,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT_DIR = ROOT / "out"
-sys.path.insert(0, str(ROOT))  # tests.harness: one table of implementation names and defaults for the whole kit
+from tests.harness.defaults import (  # one table of implementation names and defaults for the kit
+    DEFAULT_BACKEND,
+    resolve_impl,
+)
 
-from tests.harness.defaults import DEFAULT_BACKEND, resolve_impl  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+OUT_DIR = ROOT / "out"
 
 
 def add_common_args(parser) -> None:

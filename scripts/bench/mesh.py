@@ -20,19 +20,15 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness.recorder, cs336_systems
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
-
 from cs336_systems.models import DeepMLP
+from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
 from tests.harness.recorder import CommRecorder, calls
 
 SCHEMES = {

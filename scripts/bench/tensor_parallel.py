@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -31,12 +29,19 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.utils._python_dispatch import TorchDispatchMode
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness.recorder, cs336_systems
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, under_torchrun, write_csv
 from tqdm import tqdm
 
 from cs336_systems.models import MLP
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    save_plot,
+    under_torchrun,
+    write_csv,
+)
 from tests.harness.recorder import CommRecorder, calls
 
 MIB = float(1 << 20)

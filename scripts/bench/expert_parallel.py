@@ -27,18 +27,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.harness.recorder, cs336_systems
-from benchlib import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
 from tqdm import tqdm
 
 from cs336_systems.models import MoE
+from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
 from tests.harness.recorder import CommRecorder, calls
 
 MB = 1e6

@@ -24,8 +24,9 @@ from __future__ import annotations
 import argparse
 
 import torch
-from benchlib import load_impl
-from zero_benchlib import add_model_args, run
+
+from scripts.bench.common import load_impl
+from scripts.bench.zero import add_model_args, run
 
 METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is compared with)
     "unsharded": (0, "torch_zero1"),

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from benchlib import ROOT, load_impl
 from matplotlib import pyplot as plt
 from matplotlib.colors import to_rgb
+
+from scripts.bench.common import ROOT, load_impl
 
 COLOURS = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
 
