@@ -11,49 +11,13 @@ against the papers' own numbers and against its own recomputation of the formula
 
 from __future__ import annotations
 
-import math
-
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-
-EXAMPLES = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-
-
-def accounting_rank(ctx, calls):
-    """Evaluate ``[(function name, args, kwargs), ...]``: ("ok", value) or (error type, message) each."""
-    accounting = ctx.load("accounting")
-    results = []
-    for name, args, kwargs in calls:
-        try:
-            results.append(("ok", getattr(accounting, name)(*args, **kwargs)))
-        except (TypeError, ValueError) as exc:
-            results.append((type(exc).__name__, str(exc)))
-    return results
-
-
-def evaluate(*calls):
-    """Values of the calls, in order; a call that raised fails the test with its message."""
-    __tracebackhide__ = True
-    values = []
-    for (name, args, kwargs), (status, value) in zip(calls, run_ranks(1, accounting_rank, list(calls))[0]):
-        assert status == "ok", f"{name}(*{args}, **{kwargs}) raised {status}: {value}"
-        values.append(value)
-    return values
-
-
-def call(name, *args, **kwargs):
-    return (name, args, kwargs)
-
-
-def assert_value(got, expected, what: str, rel: float = 1e-9) -> None:
-    __tracebackhide__ = True
-    assert isinstance(got, (int, float)) and not isinstance(got, bool), f"{what}: expected a number, got {got!r}"
-    assert math.isclose(got, expected, rel_tol=rel, abs_tol=1e-12), f"{what}: expected {expected!r}, got {got!r}"
-
+from tests.oracles.accounting import EXAMPLES, assert_value, call, evaluate
 
 # -- the papers' numbers -------------------------------------------------------------------------
 
@@ -223,7 +187,7 @@ def test_activation_memory_matches_its_definition_on_random_layers(cases):
 def bad(task: str, exception: str, bad_call: tuple, names: str) -> BadInput:
     """``accounting.<name>(*args, **kwargs)`` must raise ``exception`` naming ``names``; the id lists the
     function, the argument and the values."""
-    name, args, kwargs = bad_call
+    _, name, args, kwargs = bad_call  # call() gives (module, name, args, kwargs); module is accounting
     return BadInput(f"{name}-{names}-" + "-".join(map(str, [*args, *kwargs.values()])),
                     lambda A, ctx: getattr(A, name)(*args, **kwargs), exception, names, task)  # fmt: skip
 

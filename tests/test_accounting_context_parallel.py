@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-from tests.test_accounting import EXAMPLES, assert_value, call, evaluate
+from tests.oracles.accounting import EXAMPLES, assert_value, call, evaluate
 
 H100_BF16, INFINIBAND, NVLINK = 989e12, 50e9, 450e9  # FLOP/s dense bf16; bytes/s per GPU and direction
 
@@ -68,7 +68,7 @@ def test_context_parallel_accounting_matches_its_definition_on_random_layers(cas
 
 def bad(exception: str, bad_call: tuple, names: str) -> BadInput:
     """``accounting.<name>(*args, **kwargs)`` must raise ``exception`` naming ``names``."""
-    name, args, kwargs = bad_call
+    _, name, args, kwargs = bad_call  # call() gives (module, name, args, kwargs); module is accounting
     return BadInput(f"{name}-{names}-" + "-".join(map(str, [*args, *kwargs.values()])),
                     lambda A, ctx: getattr(A, name)(*args, **kwargs), exception, names, "task9_4")  # fmt: skip
 

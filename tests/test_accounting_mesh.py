@@ -16,34 +16,10 @@ import pytest
 
 from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.oracles.accounting import call, evaluate
 
 GB = 1e9
 LLAMA3_405B = dict(num_params=405e9, num_layers=126, hidden=16384, heads=128, seq=8192)
-
-
-def accounting_rank(ctx, calls):
-    """Evaluate ``[(module, function, args, kwargs), ...]``: ("ok", value) or (error type, message) each."""
-    results = []
-    for module, name, args, kwargs in calls:
-        try:
-            results.append(("ok", getattr(ctx.load(module), name)(*args, **kwargs)))
-        except (TypeError, ValueError) as exc:
-            results.append((type(exc).__name__, str(exc)))
-    return results
-
-
-def evaluate(*calls):
-    """Values of the calls, in order; a call that raised fails the test with its message."""
-    __tracebackhide__ = True
-    values = []
-    for (module, name, args, kwargs), (status, value) in zip(calls, run_ranks(1, accounting_rank, list(calls))[0]):
-        assert status == "ok", f"{module}.{name}(*{args}, **{kwargs}) raised {status}: {value}"
-        values.append(value)
-    return values
-
-
-def call(name, *args, module="accounting", **kwargs):
-    return (module, name, args, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

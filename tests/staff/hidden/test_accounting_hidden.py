@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_accounting import assert_value, call, evaluate
+from tests.oracles.accounting import assert_value, call, evaluate
 
 # (num_params, param_bytes, grad_bytes, optimizer_bytes): products with fractional parts above and
 # below one half (never exactly one half), so rounding and truncation differ in some of them.
