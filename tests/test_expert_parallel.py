@@ -17,56 +17,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from cs336_systems.models import MLP, MoE
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
+from tests.oracles.moe import DFF, D, E, copy_moe, dense_moe, expert_params, load_moe, moe_rank, moe_state, rand
 
-D, DFF, E = 12, 16, 8  # E divides by 1, 2 and 4
 TOKENS = (2, 3)  # each rank's x is (2, 3, D): 6 tokens
-DT = torch.float64  # exact enough that a wrong weight or a token routed twice cannot hide
 AUX_COEF = 0.01
 
 
-def _rand(*shape, seed: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DT)
-
-
-def _dense_moe(top_k: int, capacity_factor: float | None, seed: int = 0, skew: bool = False) -> MoE:
-    """A float64 MoE. ``skew``: expert 0 takes most first choices and the last two experts (the last
-    rank's at EP 4) none at all, for inputs with a positive mean (see ``_tokens``)."""
-    torch.manual_seed(seed)
-    moe = MoE(D, DFF, E, top_k, capacity_factor).to(DT)
-    if skew:
-        with torch.no_grad():
-            w = moe.router.weight
-            w.mul_(0.3)
-            w[0] += 1.0 / D**0.5
-            w[1] += 0.5 / D**0.5
-            w[-2:] -= 3.0 / D**0.5
-    return moe
-
-
 def _tokens(world_size: int, seed: int, skew: bool = False) -> list[torch.Tensor]:
-    return [_rand(*TOKENS, D, seed=seed + r) + (1.0 if skew else 0.0) for r in range(world_size)]
-
-
-def _state(module: nn.Module) -> dict:
-    return {k: v.clone() for k, v in module.state_dict().items()}
-
-
-def _load(state: dict, top_k: int, capacity_factor: float | None, device) -> MoE:
-    dense = MoE(D, DFF, E, top_k, capacity_factor).to(DT)
-    dense.load_state_dict(state)
-    return dense.to(device)
-
-
-def _copy(dense: MoE, capacity_factor: float | None | str = "same") -> MoE:
-    """A fresh copy (deepcopy refuses a module whose aux_loss still holds a graph)."""
-    cf = dense.capacity_factor if capacity_factor == "same" else capacity_factor
-    return _load(_state(dense), dense.top_k, cf, dense.router.weight.device)
+    return [rand(*TOKENS, D, seed=seed + r) + (1.0 if skew else 0.0) for r in range(world_size)]
 
 
 def _kind(event) -> str:
@@ -75,10 +38,6 @@ def _kind(event) -> str:
         if name in op:
             return kind
     return event.op
-
-
-def _expert_params(expert: nn.Module, grads: bool) -> dict:
-    return {n: (p.grad if grads else p).detach().clone() for n, p in expert.named_parameters()}
 
 
 # -- Task 8.1: the uneven all-to-all as an autograd function ------------------------------------------
@@ -115,8 +74,8 @@ def test_all_to_all_tokens_delivers_rows_and_sends_gradients_back(world_size, pa
     row returns to the rank it came from; one all-to-all per direction (W > 1); x is untouched."""
     W = world_size
     splits = [[SPLIT_PATTERNS[pattern](i, j) for j in range(W)] for i in range(W)]
-    xs = [_rand(sum(splits[i]), 3, seed=10 + i) for i in range(W)]
-    gs = [_rand(sum(splits[i][j] for i in range(W)), 3, seed=20 + j) for j in range(W)]
+    xs = [rand(sum(splits[i]), 3, seed=10 + i) for i in range(W)]
+    gs = [rand(sum(splits[i][j] for i in range(W)), 3, seed=20 + j) for j in range(W)]
     outs = run_ranks(W, all_to_all_rank, splits, xs, gs)
     sent = [_chunks(xs[i], splits[i]) for i in range(W)]  # sent[i][j]: rows from i to j
     received_grad = [_chunks(gs[j], [splits[i][j] for i in range(W)]) for j in range(W)]  # [j][i]
@@ -139,26 +98,6 @@ def test_all_to_all_tokens_delivers_rows_and_sends_gradients_back(world_size, pa
 # -- Task 8.2: the expert-parallel layer against the dense MoE ---------------------------------------
 
 
-def moe_rank(ctx, state, top_k, capacity_factor, xs, gs):
-    """from_dense, forward on this rank's tokens, backward of sum(y * g) + aux_loss."""
-    EP = ctx.load("expert_parallel")
-    layer = EP.ExpertParallelMoE.from_dense(_load(state, top_k, capacity_factor, ctx.device))
-    x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
-    with CommRecorder() as fwd:
-        y = layer(x)
-    aux = layer.aux_loss
-    with CommRecorder() as bwd:
-        if y.shape == x.shape:  # else the parent reports the wrong forward shape
-            ((y * gs[ctx.rank].to(ctx.device)).sum() + aux).backward()
-    return {
-        "y": y, "x_grad": x.grad, "aux": aux.detach() if isinstance(aux, torch.Tensor) else aux,
-        "router": layer.router.weight.detach(), "router_grad": layer.router.weight.grad,
-        "experts": [_expert_params(e, grads=False) for e in layer.experts],
-        "expert_grads": [_expert_params(e, grads=True) for e in layer.experts],
-        "first_expert": layer.first_expert, "fwd": fwd.events, "bwd": bwd.events,
-    }  # fmt: skip
-
-
 def _dense_runs(dense: MoE, xs, gs):
     """The oracle, per rank r: the dense MoE on all tokens, loss sum(y * g restricted to rank r's
     rows) + aux_loss of rank r's tokens alone. Returns (y, x grads, per-rank router grads, per-rank
@@ -167,10 +106,10 @@ def _dense_runs(dense: MoE, xs, gs):
     x_all = torch.cat([x.reshape(-1, D) for x in xs])  # (W*n, D)
     n = x_all.shape[0] // W
     router_grads, aux, x_grad = [], [], torch.zeros_like(x_all)
-    experts = _copy(dense)
+    experts = copy_moe(dense)
     experts.zero_grad()
     for r in range(W):
-        model = _copy(dense)
+        model = copy_moe(dense)
         xa = x_all.clone().requires_grad_(True)
         y = model(xa)
         mask = torch.zeros_like(x_all)
@@ -229,13 +168,13 @@ def test_moe_matches_the_dense_moe_on_the_concatenated_tokens(world_size, config
     """Outputs, x.grad, aux_loss, router and expert gradients equal the dense MoE's on every rank's
     tokens concatenated; with capacity the same assignments are dropped (and contribute zero)."""
     top_k, capacity_factor = CONFIGS[config]
-    dense = _dense_moe(top_k, capacity_factor, seed=1)
+    dense = dense_moe(top_k, capacity_factor, seed=1)
     xs, gs = _tokens(world_size, seed=100), _tokens(world_size, seed=200)
     if capacity_factor is not None:  # the test means something only if the dense layer drops tokens
         x_all = torch.cat(xs).view(-1, D)
-        unlimited = _copy(dense, capacity_factor=None)
+        unlimited = copy_moe(dense, capacity_factor=None)
         assert not torch.allclose(dense(x_all), unlimited(x_all)), "test setup: capacity should drop tokens"
-    outs = run_ranks(world_size, moe_rank, _state(dense), top_k, capacity_factor, xs, gs)
+    outs = run_ranks(world_size, moe_rank, moe_state(dense), top_k, capacity_factor, xs, gs)
     _check_moe(outs, dense, xs, gs, config)
 
 
@@ -252,11 +191,11 @@ def test_skewed_routing_where_a_rank_receives_no_token(world_size, config):
     """Expert 0 takes most tokens and the last two experts none (at EP 4 the last rank receives
     nothing in forward and sends back nothing): everything still equals the dense MoE."""
     top_k, capacity_factor = CONFIGS[config]
-    dense = _dense_moe(top_k, capacity_factor, seed=2, skew=True)
+    dense = dense_moe(top_k, capacity_factor, seed=2, skew=True)
     xs, gs = _tokens(world_size, seed=300, skew=True), _tokens(world_size, seed=400)
     load = _assignments_per_expert(dense, torch.cat(xs))
     assert load[-2:].sum() == 0 and load[0] >= load.sum() / top_k / 2, f"test setup: routing not skewed: {load}"
-    outs = run_ranks(world_size, moe_rank, _state(dense), top_k, capacity_factor, xs, gs)
+    outs = run_ranks(world_size, moe_rank, moe_state(dense), top_k, capacity_factor, xs, gs)
     _check_moe(outs, dense, xs, gs, f"skewed {config}")
 
 
@@ -268,9 +207,9 @@ def test_one_counts_exchange_one_dispatch_and_one_combine_per_pass(world_size):
     combine's reverse (the n*k output gradients go back to the experts) then the dispatch's reverse,
     and nothing else. No token ever goes through an all-gather."""
     top_k = 2
-    dense = _dense_moe(top_k, None, seed=2, skew=True)
+    dense = dense_moe(top_k, None, seed=2, skew=True)
     xs, gs = _tokens(world_size, seed=500, skew=True), _tokens(world_size, seed=600)
-    outs = run_ranks(world_size, moe_rank, _state(dense), top_k, None, xs, gs)
+    outs = run_ranks(world_size, moe_rank, moe_state(dense), top_k, None, xs, gs)
     L, n = E // world_size, TOKENS[0] * TOKENS[1]
     load = _assignments_per_expert(dense, torch.cat(xs))
     for r, out in enumerate(outs):
@@ -331,7 +270,7 @@ def train_rank(ctx, state, top_k, capacity_factor, steps, layout=None):
     averaged by all_reduce_moe_gradients; every step's parameters and the sync's communication."""
     EP = ctx.load("expert_parallel")
     ep_group, dp_group = _my_groups(ctx, layout)
-    layer = EP.ExpertParallelMoE.from_dense(_load(state, top_k, capacity_factor, ctx.device), ep_group)
+    layer = EP.ExpertParallelMoE.from_dense(load_moe(state, top_k, capacity_factor, ctx.device), ep_group)
     opt = torch.optim.AdamW(layer.parameters(), lr=0.02, weight_decay=0.1)
     history = []
     for xs, targets in steps:
@@ -342,10 +281,10 @@ def train_rank(ctx, state, top_k, capacity_factor, steps, layout=None):
         with CommRecorder() as rec:
             EP.all_reduce_moe_gradients(layer, dp_group)
         history.append({"router_grad": layer.router.weight.grad.clone(),
-                        "expert_grads": [_expert_params(e, grads=True) for e in layer.experts]})  # fmt: skip
+                        "expert_grads": [expert_params(e, grads=True) for e in layer.experts]})  # fmt: skip
         opt.step()
         history[-1] |= {"router": layer.router.weight.detach().clone(), "events": rec.events,
-                        "experts": [_expert_params(e, grads=False) for e in layer.experts]}  # fmt: skip
+                        "experts": [expert_params(e, grads=False) for e in layer.experts]}  # fmt: skip
     return history
 
 
@@ -397,9 +336,9 @@ def _steps(world_size: int, count: int, seed: int):
 def test_adamw_steps_match_the_dense_moe(world_size):
     """Three AdamW steps (top-2, capacity 1.0, aux loss): after all_reduce_moe_gradients every
     gradient is the dense gradient of the mean loss, and every parameter stays equal to the dense one."""
-    dense = _dense_moe(2, 1.0, seed=4)
+    dense = dense_moe(2, 1.0, seed=4)
     steps = _steps(world_size, 3, seed=700)
-    history = run_ranks(world_size, train_rank, _state(dense), 2, 1.0, steps)
+    history = run_ranks(world_size, train_rank, moe_state(dense), 2, 1.0, steps)
     _check_training(history, _dense_train(dense, steps, [list(range(world_size))]), [list(range(world_size))])
 
 
@@ -410,9 +349,9 @@ def test_ep_x_dp_averages_experts_over_replicas_and_the_router_over_all_ranks(wo
     loss over the 4 ranks (each EP group a dense forward of its own tokens), after one all-reduce of
     the router grad in the EP group and one of all local grads in the DP group."""
     layout = {"ep": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]]}
-    dense = _dense_moe(2, 1.0, seed=5)
+    dense = dense_moe(2, 1.0, seed=5)
     steps = _steps(world_size, 2, seed=800)
-    history = run_ranks(world_size, train_rank, _state(dense), 2, 1.0, steps, layout)
+    history = run_ranks(world_size, train_rank, moe_state(dense), 2, 1.0, steps, layout)
     _check_training(history, _dense_train(dense, steps, layout["ep"]), layout["ep"])
     local = E * D + (E // 2) * (2 * D * DFF + DFF + D)  # router + 4 experts
     for r in range(world_size):
