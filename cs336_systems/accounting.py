@@ -6,6 +6,9 @@ and against random inputs, and check that bad input raises ``ValueError``/``Type
 argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
 1e9 for the GB of the papers, by 2**30 for GiB).
 
+    from cs336_systems.accounting import zero_memory_per_gpu
+    zero_memory_per_gpu(7.5e9, 64, stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
+
 Sources:
     ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
                     Parameter Models", Section 5 and Figure 1 (mixed-precision Adam: 2 + 2 + 12
@@ -171,7 +174,6 @@ def moe_all_to_all_bytes(tokens, d_model, top_k, world_size, bytes_per_element=2
     Raises ``TypeError`` for a non-number (non-int for d_model, top_k, world_size) and
     ``ValueError`` for a negative ``tokens``/``bytes_per_element`` or a count < 1, naming the argument.
     """
-
     raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
 
 
@@ -188,7 +190,6 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
     < 1, a negative ``bytes_per_param`` or ``num_experts`` not divisible by ``world_size``, naming the
     argument.
     """
-
     raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
 
 
@@ -215,7 +216,6 @@ def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, 
     Raises ``TypeError`` for a non-int count and ``ValueError`` for a count < 1, ``seq`` not divisible
     by ``cp`` or ``heads`` not divisible by ``tp``, naming the argument.
     """
-
     raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
@@ -235,7 +235,6 @@ def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_
     Raises ``TypeError`` for a non-int count (non-number for the byte sizes) and ``ValueError`` for a
     count < 1, a negative byte size or ``seq`` not divisible by ``cp``, naming the argument.
     """
-
     raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
@@ -254,7 +253,6 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
     for a head count < 1, ``heads`` not divisible by ``kv_heads``, or a rate that is not > 0, naming
     the argument.
     """
-
     raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
@@ -277,7 +275,6 @@ def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
     ``alpha`` or ``beta``, or ``world_size < 1``, and ``TypeError`` for a non-integer ``world_size``,
     naming the argument.
     """
-
     raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")
 
 
@@ -289,7 +286,6 @@ def all_reduce_crossover_bytes(world_size, alpha, beta) -> float | None:
     Returns ``None`` when recursive doubling is never slower: N <= 2 (the same bytes in fewer
     messages) or ``beta == 0``. Raises like ``all_reduce_time``.
     """
-
     raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")
 
 
@@ -304,7 +300,6 @@ def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, f
     when the three sequences differ in length or hold fewer than two measurements, a time is <= 0,
     or ``world_size`` is below 2 (every modelled time is 0 there).
     """
-
     raise NotImplementedError("Task 1.7 (alpha-beta model): see handouts/01-collectives.md §1.7")
 
 
@@ -345,7 +340,6 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
     argument), and ``ValueError`` for an unknown ``recompute``, ``dp % ep != 0`` or
     ``expert_params > num_params``.
     """
-
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
 
 
@@ -364,7 +358,6 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
               plus parameter all-gather is the same traffic), 1.5 times that for stage 3.
     Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_gpu``.
     """
-
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
 
 
@@ -392,7 +385,6 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
     keys ``tp, pp, dp, zero_stage, memory_per_gpu, fits, reason`` (the table the script prints).
     Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``) and for bad counts.
     """
-
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
 
 
@@ -430,7 +422,6 @@ def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=
     ``schedule``, counts < 1, times <= 0, ``num_chunks > 1`` outside "interleaved" and m not a
     multiple of p with chunks; ``TypeError`` for a non-integer count or a non-number time.
     """
-
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
 
 
@@ -445,7 +436,6 @@ def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num
         "zb-h1"         min(p, m)  on every stage: 1F1B's peak (stage 0's)
     Raises like ``schedule_bubble_fraction``, and ``ValueError`` unless 0 <= ``stage`` < p.
     """
-
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
 
 
@@ -460,7 +450,6 @@ def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, 
     Raises ``ValueError`` for a negative number and ``TypeError`` for a non-number or a non-bool
     ``checkpoint``, naming the argument.
     """
-
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
 
 
@@ -470,7 +459,6 @@ def recompute_training_flops(num_params, num_tokens) -> float:
     The 6ND of ``training_flops`` plus one more forward (2ND) to recompute the activations during
     the backward. Raises like ``training_flops``.
     """
-
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
 
 
@@ -483,5 +471,4 @@ def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -
 
     Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
     """
-
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")

@@ -9,6 +9,16 @@ Every function takes ``group`` (None = WORLD) and works for any group size N >= 
 (empty and 0-d included) and float32/float64/bfloat16/int64 tensors, on gloo (CPU) or NCCL (CUDA).
 Peers are addressed by global rank; positions in lists follow the rank *within* the group.
 Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
+
+Costs for M bytes on N ranks (alpha = per-message latency, beta = seconds per byte):
+    broadcast, reduce   binomial tree: ceil(log2 N) rounds, M bytes per round
+    all_gather          ring: N-1 steps, each rank sends (N-1)/N of the result
+    reduce_scatter      ring: N-1 steps, each rank sends (N-1)/N of its input
+    all_reduce          ring reduce-scatter + ring all-gather: each rank sends 2(N-1)/N * M,
+                        which no algorithm beats for large M (the "bandwidth-optimal" bound);
+                        recursive doubling: log2 N exchanges of all M bytes (latency-optimal);
+                        "auto" picks the cheaper of the two under the alpha-beta model
+    all_to_all          pairwise: N-1 steps, step k talks to rank +k and rank -k
 """
 
 from __future__ import annotations
@@ -41,7 +51,6 @@ def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = 
     data (relative rank < 2**k) sends it to relative rank + 2**k; ceil(log2 N) rounds in all.
     All ranks must pass tensors of the same shape and dtype.
     """
-
     raise NotImplementedError("Task 1.1 (broadcast): see handouts/01-collectives.md §1.1")
 
 
@@ -56,7 +65,6 @@ def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = Non
     Other ranks' tensors are left unchanged. Binomial tree, the broadcast run backwards: in round
     k, relative ranks with bit k set send their partial sum to relative rank - 2**k and drop out.
     """
-
     raise NotImplementedError("Task 1.2 (reduce): see handouts/01-collectives.md §1.2")
 
 
@@ -71,7 +79,6 @@ def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> 
     Shapes: each rank passes (d0, *rest) -> returns (N * d0, *rest); a 0-d tensor gives (N,).
     Ring algorithm: N - 1 steps, each rank sends its neighbour one rank's piece per step.
     """
-
     raise NotImplementedError("Task 1.3 (all_gather (ring)): see handouts/01-collectives.md §1.3")
 
 
@@ -86,7 +93,6 @@ def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None)
     Shapes: each rank passes (N * c, *rest) -> returns (c, *rest), chunk i going to group rank i.
     ``tensor.shape[0]`` must divide by N (``ValueError`` otherwise); ``tensor`` is not modified.
     """
-
     raise NotImplementedError("Task 1.4 (reduce_scatter (ring)): see handouts/01-collectives.md §1.4")
 
 
@@ -123,7 +129,6 @@ def all_reduce(
     ``algorithm="auto"`` (the default; Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
     tensor's size in bytes and N, with the (alpha, beta) of ``ALPHA_BETA`` for the group's backend.
     """
-
     raise NotImplementedError("Task 1.5 (ring all_reduce): see handouts/01-collectives.md §1.5")
 
 
@@ -139,7 +144,6 @@ def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = No
     Dim-0 sizes are exchanged first (one int64 per pair), then the data, pairwise: in step k
     rank r sends to r + k and receives from r - k, so every pair talks exactly once per phase.
     """
-
     raise NotImplementedError("Task 1.6 (all_to_all (uneven sizes)): see handouts/01-collectives.md §1.6")
 
 
@@ -174,5 +178,4 @@ def choose_all_reduce_algorithm(num_bytes: int, world_size: int, *, alpha: float
     (alpha, beta) of ``ALPHA_BETA[backend]`` for the group's backend (gloo's for others).
     A negative ``num_bytes``, ``alpha`` or ``beta``, or a ``world_size`` below 1, is a ``ValueError``.
     """
-
     raise NotImplementedError("Task 1.7 (all_reduce algorithms): see handouts/01-collectives.md §1.7")

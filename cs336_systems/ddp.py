@@ -23,6 +23,7 @@ from torch import nn
 
 __all__ = ["all_reduce_gradients", "all_reduce_gradients_flat", "DDPIndividualParameters", "DDPBucketed"]
 
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 2.1: naive DDP
 # ---------------------------------------------------------------------------------------------

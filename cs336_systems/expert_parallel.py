@@ -6,10 +6,22 @@ included (8.2), and the gradient averaging of an EP x DP grid (8.3). Use the bui
 of torch.distributed (``all_to_all_single``, ``all_gather_into_tensor``, ``all_reduce``) over the
 group you are given (None = WORLD); with one rank you may skip communicating.
 
+The E experts of ``models.MoE`` are split evenly over the W ranks of ``group`` (the EP group):
+rank q holds experts q*E/W ... (q+1)*E/W - 1; the router is replicated. Every rank routes its own
+tokens, and a token reaches its expert's rank and comes back in two all-to-alls (GShard, Lepikhin et
+al. 2020; the layout of Megatron-Core's ``MoEAlltoAllTokenDispatcher``):
+
     tokens (n, d) --route--> assignments sorted by (expert, choice, token), over-capacity ones dropped
                   --counts all-gather--> every rank's (E, k) counts: splits and capacity queues
                   --dispatch all-to-all--> rows for my experts, (m, d) --local experts--> (m, d)
                   --combine all-to-all--> back in my sorted order --x weights, index_add--> (n, d)
+
+Both all-to-alls are the same autograd function: its backward is the all-to-all with the splits
+swapped (what went from i to j comes back from j to i). Per forward a rank moves about n*k*d values
+out and n*k*d back (dispatch, combine), and the same again in backward.
+
+EP x DP: with ``dp_group`` the EP groups are replicas of each other (each on its own tokens);
+``all_reduce_moe_gradients`` averages the router over every rank and each expert over its replicas.
 
 Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
 """
@@ -44,7 +56,6 @@ def all_to_all_tokens(x: torch.Tensor, output_splits: list[int], input_splits: l
     ``ValueError`` (before communicating) if a split list is not W non-negative ints or if
     sum(input_splits) != x.shape[0]; ``TypeError`` if x is not a tensor. At W = 1 returns x.
     """
-
     raise NotImplementedError("Task 8.1 (all_to_all_tokens): see handouts/08-expert-parallel.md §8.1")
 
 
@@ -83,7 +94,6 @@ class ExpertParallelMoE(nn.Module):
                  capacity_factor: float | None = None, group: dist.ProcessGroup | None = None,
                  seed: int = 0) -> None:  # fmt: skip
         super().__init__()
-
         raise NotImplementedError("Task 8.2 (ExpertParallelMoE): see handouts/08-expert-parallel.md §8.2")
 
     @classmethod
@@ -91,12 +101,10 @@ class ExpertParallelMoE(nn.Module):
         """This rank's part of a ``models.MoE``: a copy of its router and of experts first_expert ...
         first_expert + E/W - 1, with its top_k and capacity_factor, on its device and dtype (training
         the result never changes ``moe``). ``TypeError`` if ``moe`` is not a models.MoE."""
-
         raise NotImplementedError("Task 8.2 (ExpertParallelMoE): see handouts/08-expert-parallel.md §8.2")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_model), this rank's tokens -> (..., d_model); sets ``aux_loss`` (see the class)."""
-
         raise NotImplementedError("Task 8.2 (ExpertParallelMoE): see handouts/08-expert-parallel.md §8.2")
 
 
@@ -118,5 +126,4 @@ def all_reduce_moe_gradients(moe: ExpertParallelMoE, dp_group: dist.ProcessGroup
     every gradient is divided by W_ep * W_dp. A parameter whose ``.grad`` is None (an expert that got
     no token) counts as zeros. No communication over a group of size 1.
     """
-
     raise NotImplementedError("Task 8.3 (EP x DP gradients): see handouts/08-expert-parallel.md §8.3")

@@ -4,6 +4,11 @@ Your task (handouts/03-zero.md §3.3): implement ``FSDP`` from its docstring wit
 built-in collectives (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``,
 ``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and
 record what each forward and backward sends.
+
+Who talks to whom (group of N ranks): forward all-gathers a layer's weight just before it runs and
+frees it after; backward all-gathers it again, then reduce-scatters its weight grad, so each rank's
+shard holds its chunk of the mean. Replicated parameters (biases, norms) have their grads
+all-reduced and averaged. That is 1.5x DDP's traffic for 1/N of the parameter memory.
 """
 
 from __future__ import annotations

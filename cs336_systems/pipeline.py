@@ -19,6 +19,13 @@ both block in a send, waiting for each other to receive, deadlock: see §5.3). U
 ``torch.autograd.backward(..., inputs=)``, ``torch.get_rng_state``, ``torch.random.fork_rng``,
 ``time.perf_counter``.
 Bad input raises ValueError/TypeError naming the argument, on every rank, before any communication.
+
+Every stage is busy for m microbatch times and idle for the (p - 1) it waits while the pipeline
+fills and drains: the bubble, (p - 1) / (m + p - 1) of a step (Huang et al. 2019, GPipe). 1F1B
+(Narayanan et al. 2019, PipeDream-Flush) has the same bubble but starts backwards early, so stage s
+holds at most min(p - s, m) microbatches' activations instead of m. Interleaving v chunks per rank
+shrinks the bubble to (p - 1) / (v m + p - 1) (Narayanan et al. 2021); ZB-H1 (Qi et al. 2023) fills
+it with the weight-gradient work nobody waits for, to (p - 1)(F + B - W) time units.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ __all__ = [
     "zero_bubble_h1_schedule",
     "PipelineStage",
 ]
+
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 5.1: splitting a model into stages

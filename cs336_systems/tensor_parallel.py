@@ -1,4 +1,4 @@
-"""Tensor (Megatron-LM) and sequence parallelism for the transformer MLP.
+"""Tensor parallelism (Megatron-LM) and sequence parallelism for the transformer MLP.
 
 Your task (handouts/04-tensor-parallel.md): implement the six communication functions as
 ``torch.autograd.Function``s (each one's forward is its partner's backward), then the two parallel
@@ -6,7 +6,21 @@ linears and the tensor-parallel MLP built from them, and finally its sequence-pa
 Use the built-in collectives of torch.distributed (``all_reduce``, ``all_gather_into_tensor``,
 ``reduce_scatter_tensor``) over ``group`` (None = WORLD); with one rank you may skip communicating.
 
+T ranks of ``group`` share every weight matrix. The MLP ``fc2(gelu(fc1(x)))`` is split so that it
+needs exactly one collective per pass (Shoeybi et al. 2019, §3):
+
     x (..., d) --f--> fc1 column shard (d_ff/T, d) --gelu--> fc2 row shard (d, d_ff/T) --g--> (..., d)
+                      every rank: (..., d_ff/T)              partial sums, all-reduced by g
+
+``f`` is the identity forward and an all-reduce backward; ``g`` is the reverse. They are
+*conjugate*: each is the other's transpose, which is what autograd needs (the backward of a
+linear map is its adjoint). Sequence parallelism (Korthikanti et al. 2022, §4.2) keeps x sharded
+on dim 0 (the sequence) between blocks, replacing f by an all-gather and g by a reduce-scatter: the
+same bytes on the wire as one all-reduce, but 1/T of the activations outside the block per rank.
+
+Communication per MLP call, for an activation of M bytes (s*b*d values) on T ranks:
+    plain TP      forward all-reduce of M, backward all-reduce of M     (ring: 2(T-1)/T*M each)
+    TP + SP       forward all-gather + reduce-scatter, backward the same (ring: (T-1)/T*M each)
 
 Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
 """
@@ -33,7 +47,8 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------
-# ## Task 4.1: the conjugate autograd functions (f, g and their relatives)
+# ## Task 4.1: the conjugate autograd functions
+# Each pair moves the same data in opposite directions: forward of one = backward of the other.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -43,7 +58,6 @@ def copy_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -
 
     Shapes: (...) -> (...). Used where a replicated activation enters a tensor-parallel region.
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -53,7 +67,6 @@ def reduce_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = Non
 
     Shapes: (...) -> (...). The input is not modified in place.
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -63,7 +76,6 @@ def scatter_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None
     Backward all-gathers the gradient chunks on the last dim: (..., n/T) -> (..., n). The last dim
     must divide by T (``ValueError`` naming ``x`` otherwise, before any communication).
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -73,7 +85,6 @@ def gather_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = Non
     Backward keeps this rank's chunk of the gradient's last dim (no communication). Every rank
     must pass the same shape.
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -83,7 +94,6 @@ def reduce_scatter_to_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None
 
     dim 0 must divide by T (``ValueError`` naming ``x`` otherwise, before any communication).
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -93,7 +103,6 @@ def all_gather_from_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None =
     Backward reduce-scatters the gradient on dim 0: (s, ...) -> (s/T, ...), summing the gradient
     every rank computed for this rank's rows.
     """
-
     raise NotImplementedError("Task 4.1 (conjugate functions): see handouts/04-tensor-parallel.md §4.1")
 
 
@@ -169,7 +178,7 @@ class RowParallelLinear(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# ## Task 4.4: TensorParallelMLP (## Task 4.5, sequence parallelism, is its second branch)
+# ## Task 4.4: TensorParallelMLP, and ## Task 4.5: sequence parallelism (its forward's second branch)
 # ---------------------------------------------------------------------------------------------
 
 

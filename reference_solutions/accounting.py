@@ -1,10 +1,13 @@
 """Back-of-the-envelope numbers for distributed training: memory, communication, bubbles, FLOPs.
 
+Your task (handouts/06-accounting.md): implement each function from its docstring. They are pure
+functions (no communication); the tests check them against the numbers in the papers cited below
+and against random inputs, and check that bad input raises ``ValueError``/``TypeError`` naming the
+argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
+1e9 for the GB of the papers, by 2**30 for GiB).
+
     from reference_solutions.accounting import zero_memory_per_gpu
     zero_memory_per_gpu(7.5e9, 64, stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
-
-Pure functions, no communication; every count may be an int or a float (7.5e9 parameters).
-Bytes are plain bytes (divide by 1e9 for the GB of the papers, by 2**30 for GiB).
 
 Sources:
     ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
@@ -33,6 +36,7 @@ __all__ = [
 ]
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Argument checks shared by every function (private: the stubs do not have them).
 # ---------------------------------------------------------------------------------------------
@@ -58,6 +62,9 @@ def _bytes_per_param(param_bytes, grad_bytes, optimizer_bytes) -> tuple:
     )
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 6.1: memory
 # Model states (parameters, gradients, optimizer state) without and with ZeRO.
@@ -75,9 +82,11 @@ def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_
     Raises ``TypeError`` for a non-number and ``ValueError`` for a negative or non-finite value,
     naming the argument.
     """
+    # BEGIN SOLUTION: Task 6.1 (memory)
     num_params = _count(num_params, "num_params")
     per_param = sum(_bytes_per_param(param_bytes, grad_bytes, optimizer_bytes))
     return int(round(num_params * per_param))
+    # END SOLUTION
 
 
 def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
@@ -93,6 +102,7 @@ def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_by
     Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
     ``TypeError`` for a non-integer stage or world size, naming the argument.
     """
+    # BEGIN SOLUTION: Task 6.1 (memory)
     num_params = _count(num_params, "num_params")
     world_size = _count(world_size, "world_size", minimum=1, integer=True)
     stage = _count(stage, "stage", integer=True)
@@ -103,6 +113,7 @@ def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_by
     replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[stage]
     sharded = p + g + o - replicated
     return float(num_params * replicated + num_params * sharded / world_size)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,9 +132,11 @@ def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
     Raises ``ValueError`` for negative ``num_bytes`` or ``world_size < 1`` and ``TypeError`` for a
     non-integer ``world_size``, naming the argument.
     """
+    # BEGIN SOLUTION: Task 6.2 (communication and bubbles)
     num_bytes = _count(num_bytes, "num_bytes")
     world_size = _count(world_size, "world_size", minimum=1, integer=True)
     return 2.0 * (world_size - 1) / world_size * num_bytes
+    # END SOLUTION
 
 
 def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
@@ -135,10 +148,12 @@ def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> 
 
     Raises ``ValueError`` for any argument < 1 and ``TypeError`` for a non-integer, naming it.
     """
+    # BEGIN SOLUTION: Task 6.2 (communication and bubbles)
     p = _count(num_stages, "num_stages", minimum=1, integer=True)
     m = _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
     v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)
     return (p - 1) / (v * m + p - 1)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,9 +170,11 @@ def training_flops(num_params, num_tokens) -> float:
 
     Raises ``ValueError`` for a negative count and ``TypeError`` for a non-number, naming it.
     """
+    # BEGIN SOLUTION: Task 6.3 (FLOPs and MFU)
     n = _count(num_params, "num_params")
     d = _count(num_tokens, "num_tokens")
     return 6.0 * n * d
+    # END SOLUTION
 
 
 def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
@@ -169,12 +186,14 @@ def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
 
     Raises ``ValueError`` for a negative count or a peak <= 0 and ``TypeError`` for a non-number.
     """
+    # BEGIN SOLUTION: Task 6.3 (FLOPs and MFU)
     tps = _count(tokens_per_second, "tokens_per_second")
     n = _count(num_params, "num_params")
     peak = _count(peak_flops_per_second, "peak_flops_per_second")
     if peak == 0:
         raise ValueError("peak_flops_per_second must be > 0, got 0")
     return training_flops(n, tps) / peak
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -198,6 +217,7 @@ def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parall
     Raises ``ValueError`` for counts < 1 or ``heads`` not divisible by ``tp`` (TP splits heads), and
     ``TypeError`` for a non-integer count or a non-bool ``sequence_parallel``, naming the argument.
     """
+    # BEGIN SOLUTION: Task 6.4 (activation memory)
     s = _count(seq, "seq", minimum=1, integer=True)
     b = _count(batch, "batch", minimum=1, integer=True)
     h = _count(hidden, "hidden", minimum=1, integer=True)
@@ -211,6 +231,7 @@ def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parall
     if sequence_parallel:
         return sbh / t * (34 + 5 * a * s / h)
     return sbh * (10 + 24 / t + 5 * a * s / (h * t))
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,12 +255,14 @@ def moe_all_to_all_bytes(tokens, d_model, top_k, world_size, bytes_per_element=2
     Raises ``TypeError`` for a non-number (non-int for d_model, top_k, world_size) and
     ``ValueError`` for a negative ``tokens``/``bytes_per_element`` or a count < 1, naming the argument.
     """
+    # BEGIN SOLUTION: Task 8.4 (expert-parallel accounting)
     n = _count(tokens, "tokens")
     d = _count(d_model, "d_model", minimum=1, integer=True)
     k = _count(top_k, "top_k", minimum=1, integer=True)
     w = _count(world_size, "world_size", minimum=1, integer=True)
     b = _count(bytes_per_element, "bytes_per_element")
     return 4 * n * k * d * (w - 1) / w * b
+    # END SOLUTION
 
 
 def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, bytes_per_param=2, bias=True) -> float:
@@ -255,6 +278,7 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
     < 1, a negative ``bytes_per_param`` or ``num_experts`` not divisible by ``world_size``, naming the
     argument.
     """
+    # BEGIN SOLUTION: Task 8.4 (expert-parallel accounting)
     d = _count(d_model, "d_model", minimum=1, integer=True)
     f = _count(d_ff, "d_ff", minimum=1, integer=True)
     e = _count(num_experts, "num_experts", minimum=1, integer=True)
@@ -265,6 +289,7 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
     if e % w != 0:
         raise ValueError(f"num_experts ({e}) must be divisible by world_size ({w}): each rank holds whole experts")
     return e // w * (2 * d * f + (f + d if bias else 0)) * b
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +315,7 @@ def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, 
     Raises ``TypeError`` for a non-int count and ``ValueError`` for a count < 1, ``seq`` not divisible
     by ``cp`` or ``heads`` not divisible by ``tp``, naming the argument.
     """
+    # BEGIN SOLUTION: Task 9.4 (context-parallel accounting)
     s = _count(seq, "seq", minimum=1, integer=True)
     b = _count(batch, "batch", minimum=1, integer=True)
     h = _count(hidden, "hidden", minimum=1, integer=True)
@@ -301,6 +327,7 @@ def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, 
     if a % t != 0:
         raise ValueError(f"heads ({a}) must be divisible by tp ({t}): tensor parallelism splits heads")
     return 34 * s * b * h / (t * c)
+    # END SOLUTION
 
 
 def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_element=2,
@@ -319,6 +346,7 @@ def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_
     Raises ``TypeError`` for a non-int count (non-number for the byte sizes) and ``ValueError`` for a
     count < 1, a negative byte size or ``seq`` not divisible by ``cp``, naming the argument.
     """
+    # BEGIN SOLUTION: Task 9.4 (context-parallel accounting)
     s = _count(seq, "seq", minimum=1, integer=True)
     b = _count(batch, "batch", minimum=1, integer=True)
     g = _count(kv_heads, "kv_heads", minimum=1, integer=True)
@@ -332,6 +360,7 @@ def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_
         return 0.0
     block = b * g * (s // c) * d
     return 2 * block * ((2 * c - 2) * e + c * ge)
+    # END SOLUTION
 
 
 def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per_second, bytes_per_element=2,
@@ -349,6 +378,7 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
     for a head count < 1, ``heads`` not divisible by ``kv_heads``, or a rate that is not > 0, naming
     the argument.
     """
+    # BEGIN SOLUTION: Task 9.4 (context-parallel accounting)
     a = _count(heads, "heads", minimum=1, integer=True)
     g = _count(kv_heads, "kv_heads", minimum=1, integer=True)
     f = _count(flops_per_second, "flops_per_second")
@@ -362,6 +392,7 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
         if value <= 0:
             raise ValueError(f"{name} must be > 0, got {value}")
     return (g / a) * e * f / (2 * w) * (2 if causal else 1)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +403,7 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
 __all__ += ["all_reduce_time", "all_reduce_crossover_bytes", "fit_alpha_beta"]
 
 
+# BEGIN SOLUTION
 def _doubling_steps(world_size: int) -> int:
     """Recursive doubling's steps: log2 p exchanges (p = 2**floor(log2 N)), + the fold in and out."""
     p = 1 << (world_size.bit_length() - 1)
@@ -389,6 +421,9 @@ def _path(num_bytes, world_size: int, algorithm: str) -> tuple[float, float]:
     raise ValueError(f'algorithm must be "ring" or "recursive_doubling", got {algorithm!r}')
 
 
+# END SOLUTION
+
+
 def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
     """Modelled seconds of an all-reduce of ``num_bytes`` over ``world_size`` ranks (the alpha-beta model).
 
@@ -400,11 +435,13 @@ def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
     ``alpha`` or ``beta``, or ``world_size < 1``, and ``TypeError`` for a non-integer ``world_size``,
     naming the argument.
     """
+    # BEGIN SOLUTION: Task 1.7 (alpha-beta model)
     num_bytes = _count(num_bytes, "num_bytes")
     world_size = _count(world_size, "world_size", minimum=1, integer=True)
     alpha, beta = _count(alpha, "alpha"), _count(beta, "beta")
     messages, nbytes = _path(num_bytes, world_size, algorithm)
     return messages * alpha + nbytes * beta
+    # END SOLUTION
 
 
 def all_reduce_crossover_bytes(world_size, alpha, beta) -> float | None:
@@ -415,12 +452,14 @@ def all_reduce_crossover_bytes(world_size, alpha, beta) -> float | None:
     Returns ``None`` when recursive doubling is never slower: N <= 2 (the same bytes in fewer
     messages) or ``beta == 0``. Raises like ``all_reduce_time``.
     """
+    # BEGIN SOLUTION: Task 1.7 (alpha-beta model)
     n = _count(world_size, "world_size", minimum=1, integer=True)
     alpha, beta = _count(alpha, "alpha"), _count(beta, "beta")
     s, ring_share = _doubling_steps(n), 2 * (n - 1) / n
     if n <= 2 or beta == 0:
         return None
     return (2 * (n - 1) - s) * alpha / ((s - ring_share) * beta)
+    # END SOLUTION
 
 
 def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, float]:
@@ -434,6 +473,7 @@ def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, f
     when the three sequences differ in length or hold fewer than two measurements, a time is <= 0,
     or ``world_size`` is below 2 (every modelled time is 0 there).
     """
+    # BEGIN SOLUTION: Task 1.7 (alpha-beta model)
     world_size = _count(world_size, "world_size", minimum=2, integer=True)
     if not len(num_bytes) == len(seconds) == len(algorithms):
         raise ValueError(f"num_bytes, seconds and algorithms must have the same length, got "
@@ -463,6 +503,7 @@ def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, f
         return sum((a * fit[0] + b * fit[1] - 1) ** 2 for a, b in rows)
 
     return min(only_alpha, only_beta, key=loss)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -475,6 +516,7 @@ __all__ += ["parallel_memory_per_gpu", "communication_bytes_per_gpu", "plan_para
 RECOMPUTE = ("none", "selective", "full")  # what recompute= may be
 
 
+# BEGIN SOLUTION
 def _layer_activations(seq, microbatch, hidden, heads, tp, recompute) -> float:
     """Bytes one layer keeps for backward per GPU, sequence parallelism on (a no-op at tp = 1)."""
     if recompute not in RECOMPUTE:
@@ -490,6 +532,9 @@ def _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches) -> tuple[int, int, int
     if zero_stage not in (0, 1, 2, 3):
         raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {zero_stage}")
     return dp, tp, pp, zero_stage, _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
+
+
+# END SOLUTION
 
 
 def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
@@ -519,6 +564,7 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
     argument), and ``ValueError`` for an unknown ``recompute``, ``dp % ep != 0`` or
     ``expert_params > num_params``.
     """
+    # BEGIN SOLUTION: Task 7.4 (placement and planning)
     dp, tp, pp, zero_stage, m = _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches)
     num_params = _count(num_params, "num_params")
     layers = _count(num_layers, "num_layers", minimum=1, integer=True)
@@ -533,6 +579,7 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
         states += zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
     per_layer = _layer_activations(seq, microbatch, hidden, heads, tp, recompute)
     return states + per_layer * math.ceil(layers / pp) * min(pp, m)
+    # END SOLUTION
 
 
 def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch, *, dp, tp, pp, zero_stage,
@@ -550,6 +597,7 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
               plus parameter all-gather is the same traffic), 1.5 times that for stage 3.
     Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_gpu``.
     """
+    # BEGIN SOLUTION: Task 7.4 (placement and planning)
     dp, tp, pp, zero_stage, m = _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches)
     num_params = _count(num_params, "num_params")
     layers = _count(num_layers, "num_layers", minimum=1, integer=True)
@@ -561,6 +609,7 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
         "pp": 2 * act * m if pp > 1 else 0.0,
         "dp": ring_all_reduce_bytes_per_rank(grads, dp) * (1.5 if zero_stage == 3 else 1.0),
     }
+    # END SOLUTION
 
 
 def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *, gpus_per_node, num_nodes,
@@ -587,6 +636,7 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
     keys ``tp, pp, dp, zero_stage, memory_per_gpu, fits, reason`` (the table the script prints).
     Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``) and for bad counts.
     """
+    # BEGIN SOLUTION: Task 7.4 (placement and planning)
     per_node = _count(gpus_per_node, "gpus_per_node", minimum=1, integer=True)
     gpus = per_node * _count(num_nodes, "num_nodes", minimum=1, integer=True)
     batch = _count(global_batch, "global_batch", minimum=1, integer=True)
@@ -618,6 +668,7 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
                     traffic = communication_bytes_per_gpu(num_params, layers, hidden, seq, mb, **sizes)
                     return {**sizes, "memory_per_gpu": memory, "bytes_per_axis": traffic, "rows": rows}
     raise ValueError(f"no configuration fits in gpu_memory_bytes ({budget:.3g}); tried {len(rows)}")
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,6 +688,7 @@ __all__ += [
 PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # what schedule= may be
 
 
+# BEGIN SOLUTION
 def _schedule(schedule, num_stages, num_microbatches, num_chunks) -> tuple[str, int, int, int]:
     if schedule not in PIPELINE_SCHEDULES:
         raise ValueError(f"schedule must be one of {PIPELINE_SCHEDULES}, got {schedule!r}")
@@ -648,6 +700,9 @@ def _schedule(schedule, num_stages, num_microbatches, num_chunks) -> tuple[str, 
     if schedule == "interleaved" and v > 1 and m % p:
         raise ValueError(f"num_microbatches ({m}) must be a multiple of num_stages ({p}) to interleave")
     return schedule, p, m, v
+
+
+# END SOLUTION
 
 
 def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=1, forward_time=1.0,
@@ -667,6 +722,7 @@ def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=
     ``schedule``, counts < 1, times <= 0, ``num_chunks > 1`` outside "interleaved" and m not a
     multiple of p with chunks; ``TypeError`` for a non-integer count or a non-number time.
     """
+    # BEGIN SOLUTION: Task 5.6 (pipeline accounting)
     schedule, p, m, v = _schedule(schedule, num_stages, num_microbatches, num_chunks)
     times = {"forward_time": forward_time, "backward_input_time": backward_input_time,
              "backward_weight_time": backward_weight_time}  # fmt: skip
@@ -682,6 +738,7 @@ def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=
         raise ValueError(f"ZB-H1's bubble formula needs backward_weight_time ({w}) <= forward_time ({f})")
     idle = (p - 1) * (f + b - w)  # 1F1B's (p - 1)(F + B + W), less the 2W per stage the delayed Ws fill
     return idle / (m * (f + b + w) + idle)
+    # END SOLUTION
 
 
 def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num_chunks=1) -> int:
@@ -695,6 +752,7 @@ def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num
         "zb-h1"         min(p, m)  on every stage: 1F1B's peak (stage 0's)
     Raises like ``schedule_bubble_fraction``, and ``ValueError`` unless 0 <= ``stage`` < p.
     """
+    # BEGIN SOLUTION: Task 5.6 (pipeline accounting)
     schedule, p, m, v = _schedule(schedule, num_stages, num_microbatches, num_chunks)
     s = _count(stage, "stage", minimum=0, integer=True)
     if s >= p:
@@ -706,6 +764,7 @@ def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num
     if schedule == "interleaved" and v > 1:
         return min(2 * (p - s - 1) + (v - 1) * p + 1, v * m)
     return min(p - s, m)
+    # END SOLUTION
 
 
 def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, checkpoint=False) -> float:
@@ -719,12 +778,14 @@ def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, 
     Raises ``ValueError`` for a negative number and ``TypeError`` for a non-number or a non-bool
     ``checkpoint``, naming the argument.
     """
+    # BEGIN SOLUTION: Task 5.6 (pipeline accounting)
     held = _count(held_microbatches, "held_microbatches", integer=True)
     act = _count(activation_bytes, "activation_bytes")
     inp = _count(input_bytes, "input_bytes")
     if not isinstance(checkpoint, bool):
         raise TypeError(f"checkpoint must be a bool, got {type(checkpoint).__name__}")
     return held * inp + act if checkpoint else held * act
+    # END SOLUTION
 
 
 def recompute_training_flops(num_params, num_tokens) -> float:
@@ -733,9 +794,11 @@ def recompute_training_flops(num_params, num_tokens) -> float:
     The 6ND of ``training_flops`` plus one more forward (2ND) to recompute the activations during
     the backward. Raises like ``training_flops``.
     """
+    # BEGIN SOLUTION: Task 5.6 (pipeline accounting)
     n = _count(num_params, "num_params")
     d = _count(num_tokens, "num_tokens")
     return 8.0 * n * d
+    # END SOLUTION
 
 
 def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -> float:
@@ -747,6 +810,7 @@ def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -
 
     Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
     """
+    # BEGIN SOLUTION: Task 5.6 (pipeline accounting)
     tps = _count(tokens_per_second, "tokens_per_second")
     n = _count(num_params, "num_params")
     peak = _count(peak_flops_per_second, "peak_flops_per_second")
@@ -755,3 +819,4 @@ def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -
     if not isinstance(checkpoint, bool):
         raise TypeError(f"checkpoint must be a bool, got {type(checkpoint).__name__}")
     return (recompute_training_flops(n, tps) if checkpoint else training_flops(n, tps)) / peak
+    # END SOLUTION

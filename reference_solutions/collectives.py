@@ -1,8 +1,14 @@
 """Collectives built only from point-to-point messages (send/recv/isend/irecv/batch_isend_irecv).
 
+Your task (handouts/01-collectives.md): implement each function below using ONLY
+``dist.send``, ``dist.recv``, ``dist.isend``, ``dist.irecv``, ``dist.P2POp`` and
+``dist.batch_isend_irecv``. The tests record every torch.distributed call your code makes and fail
+on any built-in collective (``dist.all_reduce``, ``dist.broadcast``, ...).
+
 Every function takes ``group`` (None = WORLD) and works for any group size N >= 1, any shape
 (empty and 0-d included) and float32/float64/bfloat16/int64 tensors, on gloo (CPU) or NCCL (CUDA).
 Peers are addressed by global rank; positions in lists follow the rank *within* the group.
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
 
 Costs for M bytes on N ranks (alpha = per-message latency, beta = seconds per byte):
     broadcast, reduce   binomial tree: ceil(log2 N) rounds, M bytes per round
@@ -32,13 +38,16 @@ __all__ = [
     "choose_all_reduce_algorithm",
 ]
 
+# BEGIN SOLUTION
 # Pipelining unit of the ring's reduce-scatter: large enough that per-message costs vanish,
 # small enough that adding one segment overlaps receiving the next.
 _SEGMENT_BYTES = 1 << 21
 _IN_FLIGHT = 4  # receive segments posted ahead of the one being added
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32)
+# END SOLUTION
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Shared plumbing: who am I in the group, argument checks, one round of simultaneous exchange.
 # ---------------------------------------------------------------------------------------------
@@ -91,6 +100,9 @@ def _exchange(group, send: torch.Tensor | None, to: int, recv: torch.Tensor | No
         work.wait()
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 1.1: broadcast
 # ---------------------------------------------------------------------------------------------
@@ -103,6 +115,7 @@ def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = 
     data (relative rank < 2**k) sends it to relative rank + 2**k; ceil(log2 N) rounds in all.
     All ranks must pass tensors of the same shape and dtype.
     """
+    # BEGIN SOLUTION: Task 1.1 (broadcast)
     _check_tensor(tensor)
     ranks, me = _group_view(group)
     root = _check_member(src, ranks, "src")
@@ -118,6 +131,7 @@ def broadcast(tensor: torch.Tensor, src: int, group: dist.ProcessGroup | None = 
         mask <<= 1
     if buf is not tensor:
         tensor.copy_(buf)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +145,7 @@ def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = Non
     Other ranks' tensors are left unchanged. Binomial tree, the broadcast run backwards: in round
     k, relative ranks with bit k set send their partial sum to relative rank - 2**k and drop out.
     """
+    # BEGIN SOLUTION: Task 1.2 (reduce)
     _check_tensor(tensor)
     ranks, me = _group_view(group)
     root = _check_member(dst, ranks, "dst")
@@ -150,6 +165,7 @@ def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = Non
         mask <<= 1
     if rel == 0 and acc is not tensor:
         tensor.copy_(acc)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +173,7 @@ def reduce(tensor: torch.Tensor, dst: int, group: dist.ProcessGroup | None = Non
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 def _ring_all_gather_chunks(chunks: list[torch.Tensor], ranks: list[int], me: int, group) -> None:
     """Ring all-gather in place: on entry ``chunks[me]`` holds this rank's piece; on return all do.
 
@@ -169,12 +186,16 @@ def _ring_all_gather_chunks(chunks: list[torch.Tensor], ranks: list[int], me: in
         _exchange(group, chunks[(me - step) % n], nxt, chunks[(me - step - 1) % n], prv)
 
 
+# END SOLUTION
+
+
 def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Concatenate every rank's ``tensor`` along dim 0, in group-rank order; returned on every rank.
 
     Shapes: each rank passes (d0, *rest) -> returns (N * d0, *rest); a 0-d tensor gives (N,).
     Ring algorithm: N - 1 steps, each rank sends its neighbour one rank's piece per step.
     """
+    # BEGIN SOLUTION: Task 1.3 (all_gather (ring))
     _check_tensor(tensor)
     ranks, me = _group_view(group)
     piece = tensor.reshape(1) if tensor.dim() == 0 else tensor
@@ -183,6 +204,7 @@ def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> 
     chunks[me].copy_(piece)
     _ring_all_gather_chunks(chunks, ranks, me, group)
     return out
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +212,7 @@ def all_gather(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> 
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 def _ring_reduce_scatter_chunks(chunks: list[torch.Tensor], ranks: list[int], me: int, group) -> None:
     """Ring reduce-scatter in place over ``chunks`` (N pieces, sizes may differ, may be empty).
 
@@ -249,12 +272,16 @@ def _add_when_received(work, buf: torch.Tensor, piece: torch.Tensor, send_work=N
     piece += buf
 
 
+# END SOLUTION
+
+
 def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Sum ``tensor`` over the group and return this rank's chunk of the sum along dim 0.
 
     Shapes: each rank passes (N * c, *rest) -> returns (c, *rest), chunk i going to group rank i.
     ``tensor.shape[0]`` must divide by N (``ValueError`` otherwise); ``tensor`` is not modified.
     """
+    # BEGIN SOLUTION: Task 1.4 (reduce_scatter (ring))
     _check_tensor(tensor)
     ranks, me = _group_view(group)
     n = len(ranks)
@@ -265,6 +292,7 @@ def reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup | None = None)
     chunks = list(work.chunk(n)) if work.shape[0] > 0 else [work] * n
     _ring_reduce_scatter_chunks(chunks, ranks, me, group)
     return chunks[me].clone()
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,6 +328,7 @@ def all_reduce(
     ``algorithm="auto"`` (the default; Task 1.7): whichever ``choose_all_reduce_algorithm`` picks for this
     tensor's size in bytes and N, with the (alpha, beta) of ``ALPHA_BETA`` for the group's backend.
     """
+    # BEGIN SOLUTION: Task 1.5 (ring all_reduce)
     _check_tensor(tensor)
     if op not in ("sum", "avg"):
         raise ValueError(f'op must be "sum" or "avg", got {op!r}')
@@ -325,6 +354,7 @@ def all_reduce(
         _ring_all_gather_chunks(chunks, ranks, me, group)
     if not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +369,7 @@ def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = No
     Dim-0 sizes are exchanged first (one int64 per pair), then the data, pairwise: in step k
     rank r sends to r + k and receives from r - k, so every pair talks exactly once per phase.
     """
+    # BEGIN SOLUTION: Task 1.6 (all_to_all (uneven sizes))
     ranks, me = _group_view(group)
     n = len(ranks)
     if not isinstance(tensors, (list, tuple)):
@@ -365,6 +396,7 @@ def all_to_all(tensors: list[torch.Tensor], group: dist.ProcessGroup | None = No
         out[frm] = torch.empty((int(size_in.item()), *rest), dtype=dtype, device=device)
         _exchange(group, tensors[to].contiguous(), ranks[to], out[frm], ranks[frm])
     return out
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,6 +430,7 @@ def choose_all_reduce_algorithm(num_bytes: int, world_size: int, *, alpha: float
     (alpha, beta) of ``ALPHA_BETA[backend]`` for the group's backend (gloo's for others).
     A negative ``num_bytes``, ``alpha`` or ``beta``, or a ``world_size`` below 1, is a ``ValueError``.
     """
+    # BEGIN SOLUTION: Task 1.7 (all_reduce algorithms)
     for name, value, least in [("num_bytes", num_bytes, 0), ("world_size", world_size, 1)]:
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
@@ -409,8 +442,10 @@ def choose_all_reduce_algorithm(num_bytes: int, world_size: int, *, alpha: float
     t_ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * num_bytes * beta
     t_doubling = steps * (alpha + num_bytes * beta)
     return "recursive_doubling" if t_doubling < t_ring else "ring"
+    # END SOLUTION
 
 
+# BEGIN SOLUTION
 def _recursive_doubling(flat: torch.Tensor, op: str, ranks: list[int], me: int, group) -> None:
     """Recursive doubling all-reduce of ``flat`` in place, with the fold for N not a power of two.
 
@@ -434,3 +469,6 @@ def _recursive_doubling(flat: torch.Tensor, op: str, ranks: list[int], me: int, 
     if partner < n:  # fold out: the partner hands the extra rank the finished result
         send, recv = (None, flat) if extra else (flat, None)
         _exchange(group, send, ranks[partner], recv, ranks[partner])
+
+
+# END SOLUTION

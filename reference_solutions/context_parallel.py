@@ -18,6 +18,13 @@ Bytes each rank sends per call, with K and V the bytes of its key and value bloc
                                                (float32 gradients for 16-bit inputs: 2x those bytes)
 Only neighbours talk (send to group rank r+1, receive from r-1), with isend/irecv in one
 ``batch_isend_irecv`` per hop, posted before the compute that it hides behind.
+
+Your task (handouts/09-context-parallel.md): the two layouts (9.1), the forward ring with the
+online-softmax merge (9.2) and the backward ring (9.3). ``ring_attention`` at the bottom is given: it
+joins your forward and backward into one autograd node. Use ``dist.batch_isend_irecv`` with
+``dist.P2POp(dist.isend/irecv, ...)`` to the neighbours only (unshard_sequence may use
+``dist.all_gather``). Bad input raises ValueError/TypeError naming the argument, on every rank, before
+any message.
 """
 
 from __future__ import annotations
@@ -27,9 +34,12 @@ import torch.distributed as dist
 
 __all__ = ["shard_sequence", "unshard_sequence", "ring_attention_forward", "ring_attention_backward", "ring_attention"]
 
+# BEGIN SOLUTION
 _FLOATS = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+# END SOLUTION
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Shared plumbing: who am I in the group, argument checks, global token positions, one ring hop.
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +120,9 @@ def _wait_all(works: list) -> None:
         work.wait()
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 9.1: shard_sequence / unshard_sequence (contiguous and zigzag layouts)
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +139,7 @@ def shard_sequence(
     Shapes: (..., s, ...) -> (..., s/N, ...). No communication; returns a new contiguous tensor (not
     a view of ``x``). s must divide by N (by 2N for zigzag): ``ValueError`` naming ``x`` otherwise.
     """
+    # BEGIN SOLUTION: Task 9.1 (shard_sequence)
     _check_flag(zigzag, "zigzag")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -141,6 +155,7 @@ def shard_sequence(
     chunks = x.chunk(pieces, dim) if x.shape[dim] else [x] * pieces
     mine = [chunks[me], chunks[2 * n - 1 - me]] if zigzag else [chunks[me]]
     return torch.cat(mine, dim).contiguous()
+    # END SOLUTION
 
 
 def unshard_sequence(
@@ -154,6 +169,7 @@ def unshard_sequence(
     rank r's two halves go to chunks r and 2N-1-r). The result carries no autograd history. A zigzag
     block needs an even length (two chunks): ``ValueError`` naming ``x`` otherwise.
     """
+    # BEGIN SOLUTION: Task 9.1 (unshard_sequence)
     _check_flag(zigzag, "zigzag")
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
@@ -174,6 +190,7 @@ def unshard_sequence(
         return torch.cat(blocks, dim)
     halves = [b.chunk(2, dim) if b.shape[dim] else (b, b) for b in blocks]
     return torch.cat([h[0] for h in halves] + [h[1] for h in reversed(halves)], dim)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,6 +198,7 @@ def unshard_sequence(
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 def _visible(q_pos: torch.Tensor, k_pos: torch.Tensor, causal: bool):
     """Which part of a (query block x key block) score matrix can be non-zero.
 
@@ -221,6 +239,9 @@ def _merge(out: torch.Tensor, lse: torch.Tensor, row0: int, blk_out: torch.Tenso
     old_lse.copy_(new_lse)
 
 
+# END SOLUTION
+
+
 def ring_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -250,6 +271,7 @@ def ring_attention_forward(
     for zigzag, odd local length, non-bool flags) raises ``ValueError``/``TypeError`` naming the
     argument, before any message.
     """
+    # BEGIN SOLUTION: Task 9.2 (ring attention forward)
     _check_attention_inputs(q, k, v, causal, zigzag)
     ranks, me = _group_view(group)
     n = len(ranks)
@@ -279,6 +301,7 @@ def ring_attention_forward(
             _wait_all(hop)
             k_cur, v_cur = k_next, v_next
     return out.to(q.dtype), lse
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,6 +337,7 @@ def ring_attention_backward(
     last step one more hop brings each block's finished gradient home: N gradient hops, N·(K+V) bytes
     (in float32 for 16-bit inputs), only to neighbours. Bad input as in forward.
     """
+    # BEGIN SOLUTION: Task 9.3 (ring attention backward)
     _check_attention_inputs(q, k, v, causal, zigzag)
     for name, x, like in (("dout", dout, out), ("out", out, v)):
         _check_float_tensor(x, name)
@@ -366,6 +390,12 @@ def ring_attention_backward(
         works, dk, dv = grad_hop
         _wait_all(works)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# Given: the autograd node that joins your forward (9.2) and backward (9.3)
+# ---------------------------------------------------------------------------------------------
 
 
 class _RingAttention(torch.autograd.Function):

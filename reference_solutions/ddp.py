@@ -1,11 +1,16 @@
 """Data parallelism: every rank holds the whole model and a slice of the batch, and gradients are
 averaged with all-reduce so that every rank takes the same optimizer step.
 
-Four versions, slowest to fastest (handouts/02-ddp.md):
+Your task (handouts/02-ddp.md): implement the four versions below, slowest to fastest:
     all_reduce_gradients        after backward, one blocking all-reduce per gradient
     all_reduce_gradients_flat   after backward, one all-reduce over all gradients packed together
     DDPIndividualParameters     during backward, one async all-reduce per gradient as soon as it is ready
     DDPBucketed                 during backward, one async all-reduce per bucket of gradients
+
+Use the built-in ``dist.all_reduce`` (with ``async_op=True`` for the last two). Useful tools:
+``torch._utils._flatten_dense_tensors`` / ``_unflatten_dense_tensors``,
+``Tensor.register_post_accumulate_grad_hook``, ``dist.broadcast``, ``dist.get_process_group_ranks``.
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any communication.
 
 Why the average is right: with a mean loss over a batch of B examples split into N equal slices,
 grad(mean over B) = (1/N) * sum over ranks of grad(mean over the rank's B/N examples).
@@ -23,11 +28,14 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 __all__ = ["all_reduce_gradients", "all_reduce_gradients_flat", "DDPIndividualParameters", "DDPBucketed"]
 
+# BEGIN SOLUTION
 # Set on a module once a wrapper owns it: wrapping it again would register a second set of hooks
 # and average every gradient twice.
 _WRAPPED_FLAG = "_cs336_ddp_wrapped"
+# END SOLUTION
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Shared plumbing: argument checks, the parameters DDP syncs, the broadcast at construction.
 # ---------------------------------------------------------------------------------------------
@@ -64,6 +72,9 @@ def _broadcast_from_first_rank(module: nn.Module, group) -> None:
                 tensor.data.copy_(buf)
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 2.1: naive DDP
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +88,7 @@ def all_reduce_gradients(module: nn.Module, group: dist.ProcessGroup | None = No
     ones skipped), all ranks all-reduce (sum) the grad in place, then divide it by the group size.
     On return every rank holds the same averaged ``.grad``; ``None`` grads stay ``None``.
     """
+    # BEGIN SOLUTION: Task 2.1 (naive DDP)
     _check_module(module)
     world_size = dist.get_world_size(group)
     if world_size == 1:
@@ -85,6 +97,7 @@ def all_reduce_gradients(module: nn.Module, group: dist.ProcessGroup | None = No
         if p.requires_grad and p.grad is not None:
             dist.all_reduce(p.grad, group=group)
             p.grad.div_(world_size)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,6 +113,7 @@ def all_reduce_gradients_flat(module: nn.Module, group: dist.ProcessGroup | None
     all-reduced in a single call, divided by the group size and copied back into each ``.grad``.
     Grads of different dtypes (or devices) go in separate buffers, one all-reduce each.
     """
+    # BEGIN SOLUTION: Task 2.2 (flat DDP)
     _check_module(module)
     world_size = dist.get_world_size(group)
     if world_size == 1:
@@ -114,6 +128,7 @@ def all_reduce_gradients_flat(module: nn.Module, group: dist.ProcessGroup | None
         flat.div_(world_size)
         for grad, synced in zip(grads, _unflatten_dense_tensors(flat, grads)):
             grad.copy_(synced)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,6 +151,7 @@ class DDPIndividualParameters(nn.Module):
     """
 
     def __init__(self, module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
+        # BEGIN SOLUTION: Task 2.3 (overlapping DDP)
         _check_module(module, wrapping=True)
         super().__init__()
         self.module = module
@@ -147,21 +163,29 @@ class DDPIndividualParameters(nn.Module):
         if self.world_size > 1:  # alone, the local grads already are the average
             for p in _trainable_parameters(module):
                 p.register_post_accumulate_grad_hook(self._launch_all_reduce)
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _launch_all_reduce(self, p: nn.Parameter) -> None:
         # Runs inside backward, right after p.grad is complete; do not wait here.
         self._pending.append((dist.all_reduce(p.grad, group=self.group, async_op=True), p))
 
+    # END SOLUTION
+
     def forward(self, *args, **kwargs):
         """Run the wrapped module: ``self.module(*args, **kwargs)``."""
+        # BEGIN SOLUTION: Task 2.3 (overlapping DDP)
         return self.module(*args, **kwargs)
+        # END SOLUTION
 
     def finish_gradient_synchronization(self) -> None:
         """Wait for every all-reduce launched in the last backward; leave averaged grads in ``.grad``."""
+        # BEGIN SOLUTION: Task 2.3 (overlapping DDP)
         for work, p in self._pending:
             work.wait()
             p.grad.div_(self.world_size)
         self._pending.clear()
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,6 +193,7 @@ class DDPIndividualParameters(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 @dataclass
 class _Bucket:
     """Parameters whose grads travel together in one flat buffer of shape (sum of numels,)."""
@@ -199,6 +224,9 @@ def _bucket_layout(named: list[tuple[str, nn.Parameter]], cap_bytes: float) -> l
     return buckets
 
 
+# END SOLUTION
+
+
 class DDPBucketed(nn.Module):
     """Like ``DDPIndividualParameters``, but grads travel in buckets: one all-reduce per bucket.
 
@@ -218,6 +246,7 @@ class DDPBucketed(nn.Module):
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float, group: dist.ProcessGroup | None = None) -> None:
+        # BEGIN SOLUTION: Task 2.4 (bucketed DDP)
         _check_module(module, wrapping=True)
         if isinstance(bucket_size_mb, bool) or not isinstance(bucket_size_mb, (int, float)):
             raise TypeError(f"bucket_size_mb must be a number of MiB, got {type(bucket_size_mb).__name__}")
@@ -243,11 +272,15 @@ class DDPBucketed(nn.Module):
             for b in self._buckets:
                 for j, p in enumerate(b.params):
                     p.register_post_accumulate_grad_hook(lambda p, b=b, j=j: self._mark_ready(b, j))
+        # END SOLUTION
 
     def bucket_parameter_names(self) -> list[list[str]]:
         """The bucket layout: names (as in ``module.named_parameters()``), first bucket first."""
+        # BEGIN SOLUTION: Task 2.4 (bucketed DDP)
         return [list(b.names) for b in self._buckets]
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _mark_ready(self, bucket: _Bucket, j: int) -> None:
         bucket.ready.add(j)
         if len(bucket.ready) == len(bucket.params):
@@ -262,12 +295,17 @@ class DDPBucketed(nn.Module):
                 piece.zero_()  # no grad this step: contribute nothing, but keep the layout
         bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
 
+    # END SOLUTION
+
     def forward(self, *args, **kwargs):
         """Run the wrapped module: ``self.module(*args, **kwargs)``."""
+        # BEGIN SOLUTION: Task 2.4 (bucketed DDP)
         return self.module(*args, **kwargs)
+        # END SOLUTION
 
     def finish_gradient_synchronization(self) -> None:
         """Launch partly-ready buckets, wait for all, and leave averaged grads in ``.grad``."""
+        # BEGIN SOLUTION: Task 2.4 (bucketed DDP)
         for b in self._buckets:
             if b.work is None and b.ready:  # every rank ran the same graph, so all ranks agree
                 self._launch(b)
@@ -281,3 +319,4 @@ class DDPBucketed(nn.Module):
                 grad.copy_(b.buffer[b.offsets[j] : b.offsets[j + 1]].view(grad.shape))
             b.ready.clear()
             b.work = None
+        # END SOLUTION

@@ -1,5 +1,11 @@
 """Expert parallelism: a mixture-of-experts layer whose tokens travel to their experts by all-to-all.
 
+Your task (handouts/08-expert-parallel.md): write the uneven all-to-all as an autograd function
+(8.1), the expert-parallel MoE layer that reproduces ``models.MoE`` exactly, dropped tokens
+included (8.2), and the gradient averaging of an EP x DP grid (8.3). Use the built-in collectives
+of torch.distributed (``all_to_all_single``, ``all_gather_into_tensor``, ``all_reduce``) over the
+group you are given (None = WORLD); with one rank you may skip communicating.
+
 The E experts of ``models.MoE`` are split evenly over the W ranks of ``group`` (the EP group):
 rank q holds experts q*E/W ... (q+1)*E/W - 1; the router is replicated. Every rank routes its own
 tokens, and a token reaches its expert's rank and comes back in two all-to-alls (GShard, Lepikhin et
@@ -16,6 +22,8 @@ out and n*k*d back (dispatch, combine), and the same again in backward.
 
 EP x DP: with ``dp_group`` the EP groups are replicas of each other (each on its own tokens);
 ``all_reduce_moe_gradients`` averages the router over every rank and each expert over its replicas.
+
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cs336_systems.models import MLP, MoE, expert_capacity
+from cs336_systems.models import MLP, MoE, expert_capacity  # noqa: F401 (expert_capacity: for your forward)
 
 __all__ = ["all_to_all_tokens", "ExpertParallelMoE", "all_reduce_moe_gradients"]
 
+# BEGIN SOLUTION
 # The non-deprecated name where this torch has it (2.13 warns about the older one).
 _all_gather_tensor = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 
@@ -57,11 +66,15 @@ def _check_splits(splits, name: str, world: int) -> list[int]:
     return list(splits)
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 8.1: all_to_all_tokens (uneven all-to-all as an autograd function)
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 def _exchange(x: torch.Tensor, output_splits: list[int], input_splits: list[int], group) -> torch.Tensor:
     out = x.new_empty((sum(output_splits), *x.shape[1:]))
     dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits, group=group)
@@ -84,6 +97,9 @@ class _AllToAll(torch.autograd.Function):
         return _exchange(grad, input_splits, output_splits, ctx.group), None, None, None
 
 
+# END SOLUTION
+
+
 def all_to_all_tokens(x: torch.Tensor, output_splits: list[int], input_splits: list[int],
                       group: dist.ProcessGroup | None = None) -> torch.Tensor:  # fmt: skip
     """Exchange rows of x between the W ranks of ``group``, differentiably.
@@ -98,6 +114,7 @@ def all_to_all_tokens(x: torch.Tensor, output_splits: list[int], input_splits: l
     ``ValueError`` (before communicating) if a split list is not W non-negative ints or if
     sum(input_splits) != x.shape[0]; ``TypeError`` if x is not a tensor. At W = 1 returns x.
     """
+    # BEGIN SOLUTION: Task 8.1 (all_to_all_tokens)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     world = _world(group)
@@ -108,6 +125,7 @@ def all_to_all_tokens(x: torch.Tensor, output_splits: list[int], input_splits: l
     if world == 1:
         return x
     return _AllToAll.apply(x, output_splits, input_splits, group)
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +163,7 @@ class ExpertParallelMoE(nn.Module):
                  capacity_factor: float | None = None, group: dist.ProcessGroup | None = None,
                  seed: int = 0) -> None:  # fmt: skip
         super().__init__()
+        # BEGIN SOLUTION: Task 8.2 (ExpertParallelMoE)
         world = _world(group)
         _check_int(d_model, "d_model")
         _check_int(d_ff, "d_ff")
@@ -165,12 +184,14 @@ class ExpertParallelMoE(nn.Module):
             self.router.weight.uniform_(-bound, bound, generator=torch.Generator().manual_seed(seed))
         self.experts = nn.ModuleList([MLP(d_model, d_ff) for _ in range(self.num_local_experts)])
         self.aux_loss: torch.Tensor | None = None
+        # END SOLUTION
 
     @classmethod
     def from_dense(cls, moe: MoE, group: dist.ProcessGroup | None = None) -> ExpertParallelMoE:
         """This rank's part of a ``models.MoE``: a copy of its router and of experts first_expert ...
         first_expert + E/W - 1, with its top_k and capacity_factor, on its device and dtype (training
         the result never changes ``moe``). ``TypeError`` if ``moe`` is not a models.MoE."""
+        # BEGIN SOLUTION: Task 8.2 (ExpertParallelMoE)
         if not isinstance(moe, MoE):
             raise TypeError(f"moe must be a cs336_systems.models.MoE, got {type(moe).__name__}")
         d_ff, d_model = moe.experts[0].fc1.weight.shape
@@ -180,9 +201,11 @@ class ExpertParallelMoE(nn.Module):
         for i, expert in enumerate(layer.experts):
             expert.load_state_dict(moe.experts[layer.first_expert + i].state_dict())
         return layer
+        # END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., d_model), this rank's tokens -> (..., d_model); sets ``aux_loss`` (see the class)."""
+        # BEGIN SOLUTION: Task 8.2 (ExpertParallelMoE)
         tokens = x.reshape(-1, x.shape[-1])  # (n, d)
         n, E, k, world = tokens.shape[0], self.num_experts, self.top_k, _world(self.group)
         probs = self.router(tokens).softmax(dim=-1)  # (n, E)
@@ -218,7 +241,9 @@ class ExpertParallelMoE(nn.Module):
         w = weights.t().reshape(-1)[sent]  # (len(sent),) weight of each kept assignment
         out = torch.zeros_like(tokens).index_add(0, sent % n, w[:, None] * back)
         return out.view(x.shape)
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _gather_counts(self, counts: torch.Tensor) -> torch.Tensor:
         world = _world(self.group)
         if world == 1:
@@ -252,6 +277,8 @@ class ExpertParallelMoE(nn.Module):
         outputs = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks)])
         return outputs[torch.argsort(by_expert)]  # inverse permutation: arrival order
 
+    # END SOLUTION
+
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 8.3: EP x DP gradient averaging
@@ -271,6 +298,7 @@ def all_reduce_moe_gradients(moe: ExpertParallelMoE, dp_group: dist.ProcessGroup
     every gradient is divided by W_ep * W_dp. A parameter whose ``.grad`` is None (an expert that got
     no token) counts as zeros. No communication over a group of size 1.
     """
+    # BEGIN SOLUTION: Task 8.3 (EP x DP gradients)
     if not isinstance(moe, ExpertParallelMoE):
         raise TypeError(f"moe must be an ExpertParallelMoE, got {type(moe).__name__}")
     params = list(moe.parameters())
@@ -287,3 +315,4 @@ def all_reduce_moe_gradients(moe: ExpertParallelMoE, dp_group: dist.ProcessGroup
             p.grad.copy_(g.view_as(p))
     for p in params:
         p.grad.div_(ep * dp)
+    # END SOLUTION

@@ -1,5 +1,10 @@
 """FSDP, ZeRO stage 3 (Rajbhandari et al. 2020; Zhao et al. 2023): every big weight sharded 1/N per rank.
 
+Your task (handouts/03-zero.md §3.3): implement ``FSDP`` from its docstring with torch.distributed's
+built-in collectives (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``,
+``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and
+record what each forward and backward sends.
+
 Who talks to whom (group of N ranks): forward all-gathers a layer's weight just before it runs and
 frees it after; backward all-gathers it again, then reduce-scatters its weight grad, so each rank's
 shard holds its chunk of the mean. Replicated parameters (biases, norms) have their grads
@@ -18,10 +23,14 @@ from torch import nn
 __all__ = ["FSDP"]
 
 
+# BEGIN SOLUTION
 def _group_size_rank(group) -> tuple[int, int, list[int]]:
     """(size, my rank within the group, the group's global ranks in group order)."""
     ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
     return len(ranks), ranks.index(dist.get_rank()), ranks
+
+
+# END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -29,6 +38,7 @@ def _group_size_rank(group) -> tuple[int, int, list[int]]:
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 class _Shard:
     """How one weight of ``shape`` is split: padded to ``N * chunk`` elements, rank r keeps chunk r."""
 
@@ -132,6 +142,9 @@ def _embedding_forward(layer: nn.Embedding, info: _Shard, indices: torch.Tensor)
     return _ShardedEmbeddingFunction.apply(indices, layer.weight, info, layer.padding_idx)
 
 
+# END SOLUTION
+
+
 class FSDP(nn.Module):
     """Fully sharded data parallelism (ZeRO-3) over the ranks of ``group``; ``.module`` is the model.
 
@@ -154,6 +167,7 @@ class FSDP(nn.Module):
     """
 
     def __init__(self, module: nn.Module, *, compute_dtype: torch.dtype | None = None, group=None) -> None:
+        # BEGIN SOLUTION: Task 3.3 (FSDP)
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
         if compute_dtype is not None and not (
@@ -185,20 +199,27 @@ class FSDP(nn.Module):
             for p in module.parameters():
                 if p.requires_grad and id(p) not in self._shards:
                     p.register_post_accumulate_grad_hook(self._average_replicated_grad)
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _average_replicated_grad(self, p: nn.Parameter) -> None:
         dist.all_reduce(p.grad, group=self._group)
         p.grad.div_(dist.get_world_size(self._group))
 
+    # END SOLUTION
+
     def forward(self, *args, **kwargs):
         """``self.module(*args, **kwargs)``; each sharded layer gathers its weight as it runs."""
+        # BEGIN SOLUTION: Task 3.3 (FSDP)
         return self.module(*args, **kwargs)
+        # END SOLUTION
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
         """The wrapped module's full state dict (same keys as ``module.state_dict()``, no ``module.``
         prefix), sharded weights all-gathered in fp32 (their storage dtype), on every rank. Every
         rank must call it (it communicates)."""
+        # BEGIN SOLUTION: Task 3.3 (FSDP)
         out, gathered = {}, {}
         for key, t in self.module.state_dict(keep_vars=True).items():
             info = self._shards.get(id(t))
@@ -209,3 +230,4 @@ class FSDP(nn.Module):
                 gathered[id(t)] = info.gather(t, dtype=t.dtype).clone()
             out[key] = gathered[id(t)]
         return out
+        # END SOLUTION

@@ -14,6 +14,11 @@ Every part of the kit takes a ``group``; composing them is handing each part the
     HSDP          FSDP inside one axis, replicated (gradients averaged) across another (Task 7.2)
     MeshTrainer   TP MLPs inside pipeline stages, replicated across dp; parts 2-5 reused (Task 7.3)
     pick_configs  a (dp, tp, pp, ZeRO) configuration for each cluster of SCENARIOS (Task 7.5)
+
+Your task (handouts/07-mesh.md): implement the three classes from their docstrings. Reuse your own
+parts 2-5 (imported below) on the groups of the mesh; do not copy them. The tests compare the mesh
+with torch's ``init_device_mesh`` and training with one process on the whole batch, and record
+which group every message goes to.
 """
 
 from __future__ import annotations
@@ -25,9 +30,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cs336_systems.models import MLP
+from cs336_systems.models import MLP  # noqa: F401
 
-from . import ddp, fsdp, pipeline, sharded_optimizer, tensor_parallel
+from . import ddp, fsdp, pipeline, sharded_optimizer, tensor_parallel  # noqa: F401  (yours, from parts 2-5)
 
 __all__ = ["ProcessMesh", "HSDP", "MeshTrainer", "SCENARIOS", "pick_configs"]
 
@@ -58,6 +63,7 @@ class ProcessMesh:
     """
 
     def __init__(self, shape: dict[str, int]) -> None:
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         if not isinstance(shape, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in shape.items()
         ):
@@ -78,31 +84,45 @@ class ProcessMesh:
                 group = dist.new_group(ranks)  # collective: every rank creates every slice's group
                 if me in ranks:
                     self._groups[axis], self._ranks[axis] = group, ranks
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _axis(self, axis: str) -> str:
         if axis not in self.shape:
             raise ValueError(f"axis {axis!r} is not in the mesh, whose axes are {self.axes}")
         return axis
 
+    # END SOLUTION
+
     def group(self, axis: str) -> dist.ProcessGroup:
         """The process group of this rank's slice along ``axis``."""
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         return self._groups[self._axis(axis)]
+        # END SOLUTION
 
     def ranks(self, axis: str) -> list[int]:
         """Global ranks of this rank's slice along ``axis``, in increasing coordinate on that axis."""
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         return list(self._ranks[self._axis(axis)])
+        # END SOLUTION
 
     def rank(self, axis: str) -> int:
         """This rank's coordinate on ``axis`` (= its rank within ``group(axis)``)."""
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         return self._coords[self._axis(axis)]
+        # END SOLUTION
 
     def size(self, axis: str) -> int:
         """Number of ranks along ``axis``."""
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         return self.shape[self._axis(axis)]
+        # END SOLUTION
 
     def coords(self) -> dict[str, int]:
         """This rank's coordinates, ``{axis: coordinate}`` in axis order."""
+        # BEGIN SOLUTION: Task 7.1 (process mesh)
         return dict(self._coords)
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +152,7 @@ class HSDP(nn.Module):
 
     def __init__(self, module: nn.Module, mesh: ProcessMesh, shard_axis: str, replicate_axis: str, *,
                  compute_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+        # BEGIN SOLUTION: Task 7.2 (HSDP)
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
         if not isinstance(mesh, ProcessMesh):
@@ -157,18 +178,26 @@ class HSDP(nn.Module):
             for p in module.parameters():
                 if p.requires_grad:
                     p.register_post_accumulate_grad_hook(self._average_over_replicas)
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _average_over_replicas(self, p: nn.Parameter) -> None:
         dist.all_reduce(p.grad, group=self.replicate_group)
         p.grad.div_(self.replicas)
 
+    # END SOLUTION
+
     def forward(self, *args, **kwargs):
         """``self.module(*args, **kwargs)``, through FSDP's gathering layers."""
+        # BEGIN SOLUTION: Task 7.2 (HSDP)
         return self.fsdp(*args, **kwargs)
+        # END SOLUTION
 
     def gather_full_params(self) -> dict[str, torch.Tensor]:
         """The full state dict of ``module`` on every rank (communicates within the shard slice)."""
+        # BEGIN SOLUTION: Task 7.2 (HSDP)
         return self.fsdp.gather_full_params()
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +242,7 @@ class MeshTrainer:
     def __init__(self, model: nn.Sequential, mesh: ProcessMesh, loss_fn: Callable, optimizer_cls: type, *,
                  num_microbatches: int = 1, schedule: str = "1f1b", zero_stage: int = 0,
                  **optimizer_kwargs) -> None:  # fmt: skip
+        # BEGIN SOLUTION: Task 7.3 (composed training)
         if not isinstance(model, nn.Sequential):
             raise TypeError(f"model must be an nn.Sequential, got {type(model).__name__}")
         if not isinstance(mesh, ProcessMesh):
@@ -248,17 +278,20 @@ class MeshTrainer:
             self.optimizer = sharded_optimizer.ShardedOptimizer(
                 params, optimizer_cls, shard_gradients=zero_stage == 2, group=self.dp_group, **optimizer_kwargs
             )
+        # END SOLUTION
 
     def train_step(self, inputs: torch.Tensor | None, targets: torch.Tensor | None) -> float | None:
         """One optimizer step on this dp replica's batch ``inputs``/``targets`` (batch, d_model), the
         same tensors on every rank of the replica (only the first stage reads ``inputs`` and the last
         ``targets``). Returns this replica's mean loss on the last stage, ``None`` elsewhere."""
+        # BEGIN SOLUTION: Task 7.3 (composed training)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.pipeline.train_step(inputs, targets, self.num_microbatches, self.schedule)
         if self.zero_stage < 2:  # ZeRO-2's step reduce-scatters the local grads itself
             ddp.all_reduce_gradients_flat(self.module, group=self.dp_group)
         self.optimizer.step()
         return loss
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,9 +324,11 @@ def pick_configs() -> dict[str, dict[str, int]]:
     ``recompute``, ``num_microbatches = global_batch / (dp * microbatch)``), and use the lowest ZeRO
     stage that fits for its (dp, tp, pp, ep). handouts/07-mesh.md §7.5.
     """
+    # BEGIN SOLUTION: Task 7.5 (pick the scheme)
     return {
         "7b-on-one-node": dict(dp=8, tp=1, pp=1, zero_stage=1, microbatch=1, ep=1),
         "70b-on-two-nodes": dict(dp=2, tp=8, pp=1, zero_stage=2, microbatch=1, ep=1),
         "405b-on-16k-gpus": dict(dp=128, tp=8, pp=16, zero_stage=2, microbatch=1, ep=1),
         "moe-8x22b-on-64-nodes": dict(dp=32, tp=4, pp=4, zero_stage=1, microbatch=1, ep=8),
     }
+    # END SOLUTION

@@ -4,12 +4,21 @@ cut into microbatches that flow forward through the stages and back (handouts/05
     stage 0 --activations--> stage 1 --activations--> ... --> stage p-1 (loss)
             <--input grads--         <--input grads--     <--
 
-The pieces, in the order of the handout:
-    split_into_stages            which layers each rank owns
-    gpipe_schedule, ...          in which order a stage runs its forwards (F) and backwards (B)
-    interleaved_1f1b_schedule    v model chunks per rank (Megatron-LM)
-    zero_bubble_h1_schedule      backward split into input grads (B) and weight grads (W)
-    PipelineStage                runs one stage's schedule with neighbour-only send/recv
+Your task, in the order of the handout:
+    split_into_stages            (5.1) which layers each rank owns
+    gpipe_schedule, ...          (5.2) in which order a stage runs its forwards (F) and backwards (B)
+    PipelineStage                (5.3) runs one stage's schedule with neighbour-only send/recv
+    interleaved_1f1b_schedule    (5.4) v model chunks per rank (Megatron-LM)
+    zero_bubble_h1_schedule      (5.5) backward split into input grads (B) and weight grads (W)
+    PipelineStage                (5.6) runs those too: chunks, split backward, checkpoint=True
+
+``Action`` is given. Use only point-to-point calls between neighbouring stages (two stages that
+both block in a send, waiting for each other to receive, deadlock: see §5.3). Useful tools:
+``dist.batch_isend_irecv``, ``dist.P2POp`` (and its ``tag``), ``dist.get_process_group_ranks``,
+``Tensor.chunk``, ``Tensor.requires_grad_``, ``Tensor.backward(gradient)``, ``torch.autograd.grad``,
+``torch.autograd.backward(..., inputs=)``, ``torch.get_rng_state``, ``torch.random.fork_rng``,
+``time.perf_counter``.
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any communication.
 
 Every stage is busy for m microbatch times and idle for the (p - 1) it waits while the pipeline
 fills and drains: the bubble, (p - 1) / (m + p - 1) of a step (Huang et al. 2019, GPipe). 1F1B
@@ -42,6 +51,7 @@ __all__ = [
     "PipelineStage",
 ]
 
+# BEGIN SOLUTION
 # Shape header sent ahead of the first activation of a step: [dtype code, ndim, *shape, 0...].
 _MAX_DIMS = 8
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32]
@@ -53,6 +63,9 @@ def _count(value, name: str, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
+
+
+# END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,6 +84,7 @@ def split_into_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequenti
     Raises ``TypeError`` if ``model`` is not an ``nn.Sequential`` or ``num_stages`` not an int, and
     ``ValueError`` if ``num_stages < 1`` or the model has fewer layers than stages.
     """
+    # BEGIN SOLUTION: Task 5.1 (splitting into stages)
     if not isinstance(model, nn.Sequential):
         raise TypeError(f"model must be a torch.nn.Sequential, got {type(model).__name__}")
     num_stages = _count(num_stages, "num_stages", 1)
@@ -86,6 +100,7 @@ def split_into_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequenti
         stages.append(nn.Sequential(OrderedDict(layers[start:end])))
         start = end
     return stages
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,12 +122,16 @@ class Action:
     chunk: int = 0
 
 
+# BEGIN SOLUTION
 def _check_schedule_args(num_stages, num_microbatches, stage) -> None:
     _count(num_stages, "num_stages", 1)
     _count(num_microbatches, "num_microbatches", 1)
     _count(stage, "stage", 0)
     if stage >= num_stages:
         raise ValueError(f"stage must be in [0, num_stages) = [0, {num_stages}), got {stage}")
+
+
+# END SOLUTION
 
 
 def gpipe_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
@@ -124,9 +143,11 @@ def gpipe_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[A
     Raises ``TypeError`` for a non-int argument and ``ValueError`` unless ``num_stages >= 1``,
     ``num_microbatches >= 1`` and ``0 <= stage < num_stages``.
     """
+    # BEGIN SOLUTION: Task 5.2 (schedules)
     _check_schedule_args(num_stages, num_microbatches, stage)
     m = num_microbatches
     return [Action("F", i) for i in range(m)] + [Action("B", i) for i in range(m)]
+    # END SOLUTION
 
 
 def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
@@ -140,6 +161,7 @@ def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> 
 
     Raises as ``gpipe_schedule``.
     """
+    # BEGIN SOLUTION: Task 5.2 (schedules)
     _check_schedule_args(num_stages, num_microbatches, stage)
     m = num_microbatches
     warmup = min(num_stages - stage - 1, m)
@@ -148,6 +170,7 @@ def one_f_one_b_schedule(num_stages: int, num_microbatches: int, stage: int) -> 
         actions += [Action("F", warmup + i), Action("B", i)]
     actions += [Action("B", i) for i in range(m - warmup, m)]  # cool-down
     return actions
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +196,7 @@ def interleaved_1f1b_schedule(num_stages: int, num_microbatches: int, stage: int
     every rank busy); otherwise ``ValueError`` naming ``num_microbatches``. Raises as
     ``gpipe_schedule``, and for ``num_chunks`` (an int >= 1) likewise.
     """
+    # BEGIN SOLUTION: Task 5.4 (interleaved 1F1B)
     _check_schedule_args(num_stages, num_microbatches, stage)
     v = _count(num_chunks, "num_chunks", 1)
     if v == 1:
@@ -196,6 +220,7 @@ def interleaved_1f1b_schedule(num_stages: int, num_microbatches: int, stage: int
         actions += [forward(warmup + j), backward(j)]
     actions += [backward(j) for j in range(total - warmup, total)]
     return actions
+    # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +244,7 @@ def zero_bubble_h1_schedule(num_stages: int, num_microbatches: int, stage: int) 
     idles (p - 1)(T_F + T_B - T_W) per step, against 1F1B's (p - 1)(T_F + T_B + T_W): a third when
     they are equal. Pure function; raises as ``gpipe_schedule``.
     """
+    # BEGIN SOLUTION: Task 5.5 (zero bubble ZB-H1)
     _check_schedule_args(num_stages, num_microbatches, stage)
     m = num_microbatches
     warmup = min(num_stages - stage - 1, m)
@@ -233,8 +259,10 @@ def zero_bubble_h1_schedule(num_stages: int, num_microbatches: int, stage: int) 
             weights += 1
     actions += [Action("W", i) for i in range(weights, m)]
     return actions
+    # END SOLUTION
 
 
+# BEGIN SOLUTION
 _SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule, "zb-h1": zero_bubble_h1_schedule}
 _SPLIT_BACKWARD = {"zb-h1"}  # schedules whose "B" is the input gradient only, followed by a "W"
 
@@ -274,6 +302,7 @@ _InFlight = tuple[list, torch.Tensor | None]
 # Message tags: every (microbatch, global chunk, kind) pair gets its own, so a receive matches its
 # message whatever order two ranks post them in (interleaved ranks exchange both kinds both ways).
 _ACTIVATION, _GRADIENT, _HEADER = range(3)
+# END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,6 +342,7 @@ class PipelineStage:
         and ``stage`` is this rank's rank in ``group`` (and ``num_stages >= 2`` when several chunks are
         given). ``.timeline`` and ``.peak_activations`` start empty / 0.
         """
+        # BEGIN SOLUTION: Task 5.3 (pipeline stage)
         if isinstance(module, nn.Module):
             chunks = [module]
         elif isinstance(module, (list, tuple)) and module and all(isinstance(c, nn.Module) for c in module):
@@ -340,6 +370,7 @@ class PipelineStage:
         self._ring_prev, self._ring_next = ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]
         self.timeline: list[tuple[Action, float, float]] = []
         self.peak_activations = 0
+        # END SOLUTION
 
     def train_step(
         self,
@@ -380,6 +411,7 @@ class PipelineStage:
         divisible by ``num_microbatches``; ``TypeError`` for a missing ``inputs`` on stage 0 /
         ``targets`` on the last stage or a non-bool ``checkpoint``. All before any communication.
         """
+        # BEGIN SOLUTION: Task 5.3 (pipeline stage)
         m = self._check_step(inputs, targets, num_microbatches, schedule, checkpoint)
         device = self._device(inputs if self._is_first else targets)
         step = _StepState(
@@ -408,7 +440,9 @@ class PipelineStage:
         for work, _op in step.sends:  # every send matched before the step ends: nothing left in flight
             work.wait()
         return float(step.total_loss) if self._is_last else None
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     # -- the steps of train_step: check, plan, forward, backward (B, W), send/recv ------------------
 
     def _check_step(self, inputs, targets, num_microbatches, schedule, checkpoint) -> int:
@@ -618,7 +652,10 @@ class PipelineStage:
         dtype_code, ndim, *dims = header.tolist()
         return tuple(dims[:ndim]), _DTYPES[dtype_code]
 
+    # END SOLUTION
 
+
+# BEGIN SOLUTION
 def _rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The RNG state a forward starts from (CPU, and the GPU's when it runs on one)."""
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
@@ -628,3 +665,6 @@ def _set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torc
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
+
+
+# END SOLUTION

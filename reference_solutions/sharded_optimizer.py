@@ -1,5 +1,11 @@
 """ZeRO (Rajbhandari et al. 2020): shard optimizer state (stage 1), gradients (stage 2), parameters (stage 3).
 
+Your task (handouts/03-zero.md): implement ``ShardedOptimizer`` (§3.1, and its ``shard_gradients=True``
+mode, §3.2: ``reduce_scatter_gradients``) from its docstrings (``FSDP``, stage 3, lives in ``fsdp.py``,
+§3.3), with torch.distributed's built-in collectives (``all_gather_into_tensor``,
+``reduce_scatter_tensor``, ``broadcast``, ``all_reduce``). The tests measure what each rank holds
+(tensor storage, not attribute names) and record what each step sends.
+
 Per parameter, mixed-precision Adam keeps 2 (fp16 weight) + 2 (grad) + 12 (fp32 master, m, v) bytes on
 every data-parallel rank. ZeRO splits these N ways instead of replicating them:
 
@@ -24,10 +30,14 @@ from torch import nn
 __all__ = ["ShardedOptimizer"]
 
 
+# BEGIN SOLUTION
 def _group_size_rank(group) -> tuple[int, int, list[int]]:
     """(size, my rank within the group, the group's global ranks in group order)."""
     ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
     return len(ranks), ranks.index(dist.get_rank()), ranks
+
+
+# END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,6 +68,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params, optimizer_cls, *, shard_gradients=False, group=None, **optimizer_kwargs):
+        # BEGIN SOLUTION: Task 3.1 (ZeRO stage 1)
         if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
             raise TypeError(f"optimizer_cls must be a torch.optim.Optimizer subclass, got {optimizer_cls!r}")
         if not isinstance(shard_gradients, bool):
@@ -71,10 +82,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._local: torch.optim.Optimizer | None = None  # built on the first group this rank owns in
         self._local_groups: list[dict | None] = []  # per global param group: its local twin
         super().__init__(params, optimizer_kwargs)  # calls add_param_group for each group
+        # END SOLUTION
 
     def add_param_group(self, param_group: dict) -> None:
         """Add a group (as ``torch.optim.Optimizer.add_param_group``); its parameters are assigned
         to ranks continuing the balance of the groups before it."""
+        # BEGIN SOLUTION: Task 3.1 (ZeRO stage 1)
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         for p in sorted(group["params"], key=lambda p: -p.numel()):  # stable: ties keep their order
@@ -91,15 +104,19 @@ class ShardedOptimizer(torch.optim.Optimizer):
         else:
             self._local.add_param_group(local_group)
         self._local_groups.append(self._local.param_groups[-1])
+        # END SOLUTION
 
     def owned_parameters(self) -> list[nn.Parameter]:
         """The parameters this rank updates (and keeps optimizer state for), in param-group order."""
+        # BEGIN SOLUTION: Task 3.1 (ZeRO stage 1)
         return [p for g in self.param_groups for p in g["params"] if self._owner[p] == self._rank]
+        # END SOLUTION
 
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
         """Step the owned parameters, then all-gather so every rank has every updated parameter.
         Returns ``closure()``'s loss (evaluated once, with grad enabled) or None."""
+        # BEGIN SOLUTION: Task 3.1 (ZeRO stage 1)
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -114,6 +131,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for bucket in self._buckets():
             self._all_gather_params(*bucket)
         return loss
+        # END SOLUTION
 
     # -----------------------------------------------------------------------------------------
     # ## Task 3.2: ZeRO stage 2, the reduce-scatter of the grads
@@ -128,9 +146,12 @@ class ShardedOptimizer(torch.optim.Optimizer):
         ``reduce_scatter_tensor`` and a division by the group size, each owner copies its slot into
         its parameters' ``.grad``, and every rank sets the grads of the parameters it does not own to
         ``None`` (the memory stage 2 saves). A parameter without a grad adds zeros and keeps ``None``."""
+        # BEGIN SOLUTION: Task 3.2 (ZeRO stage 2)
         for bucket in self._buckets():
             self._reduce_scatter_grads(*bucket)
+        # END SOLUTION
 
+    # BEGIN SOLUTION
     def _reduce_scatter_grads(self, per_rank: list[list[nn.Parameter]], slot: int) -> None:
         mine = per_rank[self._rank]
         like = mine[0] if mine else next(p for ps in per_rank for p in ps)
@@ -190,3 +211,5 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 if r != self._rank:
                     p.copy_(full[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
+
+    # END SOLUTION

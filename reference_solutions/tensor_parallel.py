@@ -1,5 +1,11 @@
 """Tensor parallelism (Megatron-LM) and sequence parallelism for the transformer MLP.
 
+Your task (handouts/04-tensor-parallel.md): implement the six communication functions as
+``torch.autograd.Function``s (each one's forward is its partner's backward), then the two parallel
+linears and the tensor-parallel MLP built from them, and finally its sequence-parallel variant.
+Use the built-in collectives of torch.distributed (``all_reduce``, ``all_gather_into_tensor``,
+``reduce_scatter_tensor``) over ``group`` (None = WORLD); with one rank you may skip communicating.
+
 T ranks of ``group`` share every weight matrix. The MLP ``fc2(gelu(fc1(x)))`` is split so that it
 needs exactly one collective per pass (Shoeybi et al. 2019, §3):
 
@@ -15,6 +21,8 @@ same bytes on the wire as one all-reduce, but 1/T of the activations outside the
 Communication per MLP call, for an activation of M bytes (s*b*d values) on T ranks:
     plain TP      forward all-reduce of M, backward all-reduce of M     (ring: 2(T-1)/T*M each)
     TP + SP       forward all-gather + reduce-scatter, backward the same (ring: (T-1)/T*M each)
+
+Bad input raises ValueError/TypeError naming the argument, on every rank, before any message.
 """
 
 from __future__ import annotations
@@ -40,11 +48,14 @@ __all__ = [
     "TensorParallelMLP",
 ]
 
+# BEGIN SOLUTION
 # The non-deprecated names where this torch has them (2.13 warns about the older ones).
 _all_gather_tensor = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
 _reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+# END SOLUTION
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Shared plumbing: group geometry, argument checks, the raw collectives on one dimension.
 # ---------------------------------------------------------------------------------------------
@@ -102,12 +113,16 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
     return out
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 4.1: the conjugate autograd functions
 # Each pair moves the same data in opposite directions: forward of one = backward of the other.
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 class _CopyToTPRegion(torch.autograd.Function):
     """f in the paper: identity forward, all-reduce backward."""
 
@@ -185,16 +200,21 @@ class _AllGatherFromSPRegion(torch.autograd.Function):
         return _reduce_scatter_first(grad, ctx.group), None
 
 
+# END SOLUTION
+
+
 def copy_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Megatron's f: forward returns x unchanged (same shape); backward all-reduces (sums) the
     gradient over ``group``, because every rank's column shard consumed the same replicated x.
 
     Shapes: (...) -> (...). Used where a replicated activation enters a tensor-parallel region.
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x)
     if _world(group) == 1:
         return x
     return _CopyToTPRegion.apply(x, group)
+    # END SOLUTION
 
 
 def reduce_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -203,10 +223,12 @@ def reduce_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = Non
 
     Shapes: (...) -> (...). The input is not modified in place.
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x)
     if _world(group) == 1:
         return x
     return _ReduceFromTPRegion.apply(x, group)
+    # END SOLUTION
 
 
 def scatter_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -215,11 +237,13 @@ def scatter_to_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None
     Backward all-gathers the gradient chunks on the last dim: (..., n/T) -> (..., n). The last dim
     must divide by T (``ValueError`` naming ``x`` otherwise, before any communication).
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x, min_dim=1)
     _check_divisible(x.shape[-1], _world(group), "x.shape[-1]")
     if _world(group) == 1:
         return x
     return _ScatterToTPRegion.apply(x, group)
+    # END SOLUTION
 
 
 def gather_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -228,10 +252,12 @@ def gather_from_tp_region(x: torch.Tensor, group: dist.ProcessGroup | None = Non
     Backward keeps this rank's chunk of the gradient's last dim (no communication). Every rank
     must pass the same shape.
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x, min_dim=1)
     if _world(group) == 1:
         return x
     return _GatherFromTPRegion.apply(x, group)
+    # END SOLUTION
 
 
 def reduce_scatter_to_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -240,11 +266,13 @@ def reduce_scatter_to_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None
 
     dim 0 must divide by T (``ValueError`` naming ``x`` otherwise, before any communication).
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x, min_dim=1)
     _check_divisible(x.shape[0], _world(group), "x.shape[0] (the sequence)")
     if _world(group) == 1:
         return x
     return _ReduceScatterToSPRegion.apply(x, group)
+    # END SOLUTION
 
 
 def all_gather_from_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
@@ -253,12 +281,15 @@ def all_gather_from_sp_region(x: torch.Tensor, group: dist.ProcessGroup | None =
     Backward reduce-scatters the gradient on dim 0: (s, ...) -> (s/T, ...), summing the gradient
     every rank computed for this rank's rows.
     """
+    # BEGIN SOLUTION: Task 4.1 (conjugate functions)
     _check_tensor(x, min_dim=1)
     if _world(group) == 1:
         return x
     return _AllGatherFromSPRegion.apply(x, group)
+    # END SOLUTION
 
 
+# BEGIN SOLUTION
 # ---------------------------------------------------------------------------------------------
 # Module plumbing: sizes, nn.Linear's initialization, shards of a dense layer.
 # ---------------------------------------------------------------------------------------------
@@ -290,6 +321,9 @@ def _shard(tensor: torch.Tensor, dim: int, group) -> nn.Parameter:
     return nn.Parameter(tensor.detach().chunk(_world(group), dim=dim)[_rank(group)].clone())
 
 
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 4.2: ColumnParallelLinear
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +344,7 @@ class ColumnParallelLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, gather_output: bool = False,
                  group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
         super().__init__()
+        # BEGIN SOLUTION: Task 4.2 (ColumnParallelLinear)
         world = _world(group)
         self.in_features = _check_features(in_features, "in_features")
         self.out_features = _check_features(out_features, "out_features")
@@ -318,12 +353,15 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features // world, in_features))  # (out/T, in)
         _init_weight(self.weight, in_features)
         self.bias = nn.Parameter(torch.zeros(out_features // world)) if bias else None  # (out/T,)
+        # END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in_features) replicated -> (..., out_features/T), or (..., out_features) if gathered."""
+        # BEGIN SOLUTION: Task 4.2 (ColumnParallelLinear)
         x = copy_to_tp_region(x, self.group)
         y = F.linear(x, self.weight, self.bias)  # (..., out/T)
         return gather_from_tp_region(y, self.group) if self.gather_output else y
+        # END SOLUTION
 
     @classmethod
     def from_dense(cls, dense: nn.Linear, group: dist.ProcessGroup | None = None, *,
@@ -331,12 +369,14 @@ class ColumnParallelLinear(nn.Module):
         """This rank's shard of ``dense``: rows r*out/T:(r+1)*out/T of its weight and bias, copied
         (training the shard never changes ``dense``), on ``dense``'s device and dtype.
         ``TypeError`` if ``dense`` is not an nn.Linear."""
+        # BEGIN SOLUTION: Task 4.2 (ColumnParallelLinear)
         dense = _check_linear(dense)
         layer = cls(dense.in_features, dense.out_features, dense.bias is not None, gather_output, group)
         layer.weight = _shard(dense.weight, 0, group)
         if dense.bias is not None:
             layer.bias = _shard(dense.bias, 0, group)
         return layer
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +401,7 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, input_is_parallel: bool = True,
                  group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
         super().__init__()
+        # BEGIN SOLUTION: Task 4.3 (RowParallelLinear)
         world = _world(group)
         self.in_features = _check_features(in_features, "in_features")
         self.out_features = _check_features(out_features, "out_features")
@@ -369,26 +410,31 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features // world))  # (out, in/T)
         _init_weight(self.weight, in_features)
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None  # (out,) replicated
+        # END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in_features/T) (or (..., in_features) if not parallel) -> (..., out_features) replicated."""
+        # BEGIN SOLUTION: Task 4.3 (RowParallelLinear)
         if not self.input_is_parallel:
             x = scatter_to_tp_region(x, self.group)  # (..., in/T)
         y = reduce_from_tp_region(F.linear(x, self.weight), self.group)  # (..., out), summed over ranks
         # After the sum, not before: adding b on every rank before it would add it T times.
         return y + self.bias if self.bias is not None else y
+        # END SOLUTION
 
     @classmethod
     def from_dense(cls, dense: nn.Linear, group: dist.ProcessGroup | None = None, *,
                    input_is_parallel: bool = True) -> RowParallelLinear:  # fmt: skip
         """This rank's shard of ``dense``: columns r*in/T:(r+1)*in/T of its weight and a copy of
         its whole bias, on ``dense``'s device and dtype. ``TypeError`` if ``dense`` is not an nn.Linear."""
+        # BEGIN SOLUTION: Task 4.3 (RowParallelLinear)
         dense = _check_linear(dense)
         layer = cls(dense.in_features, dense.out_features, dense.bias is not None, input_is_parallel, group)
         layer.weight = _shard(dense.weight, 1, group)
         if dense.bias is not None:
             layer.bias = nn.Parameter(dense.bias.detach().clone())
         return layer
+        # END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,6 +442,7 @@ class RowParallelLinear(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+# BEGIN SOLUTION
 class _SharedBias(torch.autograd.Function):
     """Forward b/T, backward the gradient unchanged (sequence-parallel bias of fc2, see below)."""
 
@@ -406,6 +453,9 @@ class _SharedBias(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
+
+
+# END SOLUTION
 
 
 class TensorParallelMLP(nn.Module):
@@ -426,6 +476,7 @@ class TensorParallelMLP(nn.Module):
     def __init__(self, d_model: int, d_ff: int, *, sequence_parallel: bool = False,
                  group: dist.ProcessGroup | None = None) -> None:  # fmt: skip
         super().__init__()
+        # BEGIN SOLUTION: Task 4.4 (tensor-parallel MLP)
         _check_features(d_model, "d_model")
         _check_features(d_ff, "d_ff")
         _check_divisible(d_ff, _world(group), "d_ff")
@@ -433,26 +484,33 @@ class TensorParallelMLP(nn.Module):
         self.fc1 = ColumnParallelLinear(d_model, d_ff, group=group)
         self.act = nn.GELU()
         self.fc2 = RowParallelLinear(d_ff, d_model, input_is_parallel=True, group=group)
+        # END SOLUTION
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d_model) -> (..., d_model); with sequence parallelism dim 0 is this rank's chunk."""
-        if not self.sequence_parallel:
-            return self.fc2(self.act(self.fc1(x)))  # f inside fc1, g inside fc2
-        x = all_gather_from_sp_region(x, self.group)  # (s, ..., d_model): replaces f
-        h = self.act(F.linear(x, self.fc1.weight, self.fc1.bias))  # (s, ..., d_ff/T)
-        y = F.linear(h, self.fc2.weight)  # (s, ..., d_model) partial sums
-        if self.fc2.bias is not None:
-            y = y + _SharedBias.apply(self.fc2.bias, _world(self.group))  # T shares sum to b: added once
-        return reduce_scatter_to_sp_region(y, self.group)  # (s/T, ..., d_model): replaces g
+        if self.sequence_parallel:
+            # BEGIN SOLUTION: Task 4.5 (sequence parallelism)
+            x = all_gather_from_sp_region(x, self.group)  # (s, ..., d_model): replaces f
+            h = self.act(F.linear(x, self.fc1.weight, self.fc1.bias))  # (s, ..., d_ff/T)
+            y = F.linear(h, self.fc2.weight)  # (s, ..., d_model) partial sums
+            if self.fc2.bias is not None:
+                y = y + _SharedBias.apply(self.fc2.bias, _world(self.group))  # T shares sum to b: added once
+            return reduce_scatter_to_sp_region(y, self.group)  # (s/T, ..., d_model): replaces g
+            # END SOLUTION
+        # BEGIN SOLUTION: Task 4.4 (tensor-parallel MLP)
+        return self.fc2(self.act(self.fc1(x)))  # f inside fc1, g inside fc2
+        # END SOLUTION
 
     @classmethod
     def from_dense(cls, dense: MLP, group: dist.ProcessGroup | None = None, *,
                    sequence_parallel: bool = False) -> TensorParallelMLP:  # fmt: skip
         """This rank's shard of a ``models.MLP``: fc1 by rows (ColumnParallelLinear.from_dense),
         fc2 by columns (RowParallelLinear.from_dense). ``TypeError`` if ``dense`` is not an MLP."""
+        # BEGIN SOLUTION: Task 4.4 (tensor-parallel MLP)
         if not isinstance(dense, MLP):
             raise TypeError(f"dense must be a cs336_systems.models.MLP, got {type(dense).__name__}")
         mlp = cls(dense.fc1.in_features, dense.fc1.out_features, sequence_parallel=sequence_parallel, group=group)
         mlp.fc1 = ColumnParallelLinear.from_dense(dense.fc1, group)
         mlp.fc2 = RowParallelLinear.from_dense(dense.fc2, group, input_is_parallel=True)
         return mlp
+        # END SOLUTION
