@@ -16,15 +16,14 @@ each rank did.
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-from tests.harness.recorder import CommRecorder, calls, collective_ops, format_events, in_backward
+from tests.harness.recorder import calls, collective_ops, format_events
+from tests.oracles.attention import attention_oracle, backward_rank, cut_sequence, forward_rank, rank_blocks
 
 LAYOUTS = ["contiguous", "zigzag"]
 MASKS = ["full", "causal"]
@@ -39,26 +38,6 @@ def _rand(shape, seed: int, scale: float = 1.0) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
 
 
-def _layout(x: torch.Tensor, world_size: int, zigzag: bool, dim: int = 2) -> list[torch.Tensor]:
-    """The parent's own cut of a whole-sequence tensor: what each rank holds (the handout's picture)."""
-    if not zigzag:
-        return list(x.chunk(world_size, dim))
-    chunks = x.chunk(2 * world_size, dim)
-    return [torch.cat([chunks[r], chunks[2 * world_size - 1 - r]], dim) for r in range(world_size)]
-
-
-def _oracle(q, k, v, dout, causal: bool) -> dict[str, torch.Tensor]:
-    """Whole-sequence attention in float64: out, lse, and the gradients of q, k, v for ``dout``."""
-    q, k, v = (t.double().detach().requires_grad_() for t in (q, k, v))
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    out.backward(dout.double())
-    scores = (q @ k.transpose(-2, -1)).detach() / math.sqrt(q.shape[-1])
-    if causal:
-        s = q.shape[2]
-        scores = scores.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf"))
-    return {"out": out.detach(), "lse": torch.logsumexp(scores, -1), "dq": q.grad, "dk": k.grad, "dv": v.grad}
-
-
 def _case(world_size: int, dtype, seed: int, logit_scale: float = 1.0):
     """Whole-sequence inputs for one dtype's shape: q, k, v, dout (float64, rounded to ``dtype``)."""
     b, h, per_rank, d, dv = SHAPES[dtype]
@@ -69,128 +48,6 @@ def _case(world_size: int, dtype, seed: int, logit_scale: float = 1.0):
     v = _rand((b, h, s, dv), seed + 2).to(dtype)
     dout = _rand((b, h, s, dv), seed + 3).to(dtype)
     return q, k, v, dout
-
-
-def _blocks(world_size: int, zigzag: bool, *tensors) -> list[tuple[torch.Tensor, ...]]:
-    """blocks[rank] = that rank's piece of each tensor."""
-    return list(zip(*(_layout(t, world_size, zigzag) for t in tensors)))
-
-
-# -- what a rank computes: a log of its matrix products ---------------------------------------------
-
-
-def _matmul_flops(a: torch.Tensor, b: torch.Tensor) -> int:
-    """FLOPs (2 per multiply-add) of a @ b with broadcasting: (..., m, k) @ (..., k, n)."""
-    if a.dim() == 1 or b.dim() == 1:
-        return 2 * max(a.numel(), b.numel())
-    x, y = list(a.shape[:-2]), list(b.shape[:-2])
-    x, y = [1] * (len(y) - len(x)) + x, [1] * (len(x) - len(y)) + y  # broadcast the batch dims
-    batch = math.prod(max(i, j) for i, j in zip(x, y))
-    return 2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1]
-
-
-def _einsum_flops(equation: str, *operands) -> int:
-    """2 x the product of every index's size: the multiply-adds of the contraction."""
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = operands[0]
-    sizes, ellipsis = {}, 1
-    for letters, t in zip(equation.replace(" ", "").split("->")[0].split(","), operands):
-        dims = list(t.shape)
-        if "..." in letters:  # the dims the ellipsis stands for: a batch of the same contraction
-            at, extra = letters.index("..."), t.dim() - len(letters) + 3
-            ellipsis = max(ellipsis, math.prod(dims[at : at + extra]))
-            dims, letters = dims[:at] + dims[at + extra :], letters.replace("...", "")
-        sizes.update(zip(letters, dims))
-    return 2 * ellipsis * math.prod(sizes.values())
-
-
-def _sdpa_flops(q, k, v, *args, **kwargs) -> int:
-    return 2 * q.shape[:-1].numel() * k.shape[-2] * (q.shape[-1] + v.shape[-1])
-
-
-# Every way to spell attention's arithmetic in torch, and what each call costs.
-_PRODUCTS = [
-    (torch, "matmul", _matmul_flops), (torch.Tensor, "matmul", _matmul_flops),
-    (torch.Tensor, "__matmul__", _matmul_flops), (torch, "bmm", _matmul_flops), (torch.Tensor, "bmm", _matmul_flops),
-    (torch, "mm", _matmul_flops), (torch.Tensor, "mm", _matmul_flops), (torch, "einsum", _einsum_flops),
-    (torch, "baddbmm", lambda c, a, b, *x, **k: _matmul_flops(a, b)),
-    (torch, "addmm", lambda c, a, b, *x, **k: _matmul_flops(a, b)),
-    (F, "scaled_dot_product_attention", _sdpa_flops),
-]  # fmt: skip
-
-
-class MatmulLog:
-    """Records every matrix product (and fused attention call) as (time, FLOPs, in backward).
-
-    It wraps torch's product functions and methods while active (a torch function mode would be
-    simpler, but autograd runs a custom Function's backward without the modes of its caller).
-    Only the outermost product counts (``a @ b`` calls ``torch.matmul`` inside).
-    """
-
-    def __init__(self):
-        self.events: list[tuple[float, int, bool]] = []
-        self._saved: list = []
-        self._depth = 0
-
-    def __enter__(self) -> MatmulLog:
-        for owner, name, flops in _PRODUCTS:
-            self._saved.append((owner, name, vars(owner).get(name, _INHERITED)))
-            setattr(owner, name, self._wrap(getattr(owner, name), flops))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for owner, name, original in reversed(self._saved):
-            if original is _INHERITED:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
-        self._saved.clear()
-
-    def _wrap(self, original, flops):
-        def product(*args, **kwargs):
-            if self._depth:
-                return original(*args, **kwargs)
-            self._depth += 1
-            try:
-                self.events.append((time.perf_counter(), flops(*args, **kwargs), in_backward()))
-                return original(*args, **kwargs)
-            finally:
-                self._depth -= 1
-
-        return product
-
-
-_INHERITED = object()  # marks a method the class inherits (restored by deleting the wrapper)
-
-
-# -- rank functions ---------------------------------------------------------------------------------
-
-
-def forward_rank(ctx, cases):
-    """cases: list of (blocks, causal, zigzag); returns [(out, lse, comm events, matmul log)] per case."""
-    cp = ctx.load("context_parallel")
-    results = []
-    for blocks, causal, zigzag in cases:
-        q, k, v = (t.to(ctx.device) for t in blocks[ctx.rank][:3])
-        with CommRecorder() as rec, MatmulLog() as log:
-            out, lse = cp.ring_attention_forward(q, k, v, causal=causal, zigzag=zigzag)
-        results.append((out, lse, rec.events, log.events))
-    return results
-
-
-def backward_rank(ctx, cases):
-    """cases: list of (blocks, causal, zigzag); returns [(out, dq, dk, dv, comm events, matmul log)]."""
-    cp = ctx.load("context_parallel")
-    results = []
-    for blocks, causal, zigzag in cases:
-        q, k, v, dout = (t.to(ctx.device) for t in blocks[ctx.rank])
-        q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-        with CommRecorder() as rec, MatmulLog() as log:
-            out = cp.ring_attention(q, k, v, causal=causal, zigzag=zigzag)
-            # dLoss/dout = dout; a scalar loss, because out.backward(dout) makes torch import sympy (2 s)
-            (out * dout).sum().backward()
-        results.append((out.detach(), q.grad, k.grad, v.grad, rec.events, log.events))
-    return results
 
 
 # -- judging the logs -------------------------------------------------------------------------------
@@ -261,7 +118,7 @@ def test_shard_sequence_gives_each_rank_its_blocks_and_unshard_restores_the_sequ
     x = torch.arange(2.0 * 3 * 4 * world_size * 2).reshape(2, 3, 4 * world_size, 2)  # (batch, heads, s, d)
     x = x.movedim(2, dim)  # the sequence dim where the test asks for it
     outs = run_ranks(world_size, shard_rank, x, zigzag, dim)
-    expected = _layout(x, world_size, zigzag, dim)
+    expected = cut_sequence(x, world_size, zigzag, dim)
     for rank, (mine, whole) in enumerate(outs):
         chunks = f"chunks {rank} and {2 * world_size - 1 - rank} of {2 * world_size}" if zigzag else f"block {rank}"
         assert_close(mine, expected[rank], what=f"rank {rank}, shard_sequence({layout}, dim={dim}) should be {chunks}")
@@ -280,13 +137,13 @@ def test_ring_attention_forward_matches_attention_on_the_whole_sequence(world_si
     cases, oracles = [], []
     for i, dtype in enumerate(SHAPES):
         q, k, v, dout = _case(world_size, dtype, seed=10 * i)
-        oracles.append((dtype, _oracle(q, k, v, dout, causal)))
-        cases.append((_blocks(world_size, zigzag, q, k, v), causal, zigzag))
+        oracles.append((dtype, attention_oracle(q, k, v, dout, causal)))
+        cases.append((rank_blocks(world_size, zigzag, q, k, v), causal, zigzag))
     outs = run_ranks(world_size, forward_rank, cases)
     for i, (dtype, want) in enumerate(oracles):
         acc = torch.promote_types(dtype, torch.float32)
-        out_blocks = _layout(want["out"].to(dtype), world_size, zigzag)
-        lse_blocks = _layout(want["lse"].to(acc), world_size, zigzag, dim=2)
+        out_blocks = cut_sequence(want["out"].to(dtype), world_size, zigzag)
+        lse_blocks = cut_sequence(want["lse"].to(acc), world_size, zigzag, dim=2)
         for rank, results in enumerate(outs):
             out, lse, _, _ = results[i]
             what = f"rank {rank}, {layout} {mask} attention, {str(dtype)[6:]} {tuple(SHAPES[dtype])}"
@@ -300,15 +157,15 @@ def test_ring_attention_forward_is_stable_at_large_logits(world_size, dtype):
     """Scores in the thousands (exp overflows) still give the right out and lse: the merge stays in log space."""
     logit_scale = 3000.0 if dtype == torch.float64 else 300.0  # exp overflows above ~709 / ~88
     q, k, v, dout = _case(world_size, dtype, seed=7, logit_scale=logit_scale)
-    want = _oracle(q, k, v, dout, causal=True)
-    outs = run_ranks(world_size, forward_rank, [(_blocks(world_size, True, q, k, v), True, True)])
+    want = attention_oracle(q, k, v, dout, causal=True)
+    outs = run_ranks(world_size, forward_rank, [(rank_blocks(world_size, True, q, k, v), True, True)])
     # float32 scores of size ~1000 carry rounding errors of ~1e-4 themselves: compare at that level.
     tol = {} if dtype == torch.float64 else {"rtol": 1e-3, "atol": 1e-3}
     acc = torch.promote_types(dtype, torch.float32)
     for rank, [(out, lse, _, _)] in enumerate(outs):
         what = f"rank {rank}, zigzag causal attention with scores up to ~{logit_scale:g} ({str(dtype)[6:]})"
-        assert_close(out, _layout(want["out"].to(dtype), world_size, True)[rank], what=f"{what}: out", **tol)
-        assert_close(lse, _layout(want["lse"].to(acc), world_size, True)[rank], what=f"{what}: lse", **tol)
+        assert_close(out, cut_sequence(want["out"].to(dtype), world_size, True)[rank], what=f"{what}: out", **tol)
+        assert_close(lse, cut_sequence(want["lse"].to(acc), world_size, True)[rank], what=f"{what}: lse", **tol)
 
 
 @pytest.mark.task9_2
@@ -317,7 +174,7 @@ def test_forward_ring_sends_n_minus_1_hops_to_the_next_rank_overlapped_with_comp
     """Forward: only neighbours, N-1 key/value hops, each posted before a block's compute and waited after it."""
     zigzag, causal = layout == "zigzag", mask == "causal"
     q, k, v, _ = _case(world_size, torch.float32, seed=3)
-    outs = run_ranks(world_size, forward_rank, [(_blocks(world_size, zigzag, q, k, v), causal, zigzag)])
+    outs = run_ranks(world_size, forward_rank, [(rank_blocks(world_size, zigzag, q, k, v), causal, zigzag)])
     hop = (k.numel() + v.numel()) // world_size * 4  # one key block and one value block, float32
     # In the contiguous causal layout some ranks skip whole blocks (nothing to compute, nothing to hide behind).
     hidden = 0 if (causal and not zigzag) else world_size - 1
@@ -333,7 +190,7 @@ def test_zigzag_balances_causal_work_and_masked_blocks_are_skipped(world_size):
     q, k, v, _ = _case(world_size, torch.float32, seed=5)
     b, h, c, d, dv = SHAPES[torch.float32]
     block = 2 * b * h * c * c * (d + dv)  # FLOPs of one (c queries x c keys) block: q·kᵀ and p·v
-    outs = run_ranks(world_size, forward_rank, [(_blocks(world_size, True, q, k, v), True, True)])
+    outs = run_ranks(world_size, forward_rank, [(rank_blocks(world_size, True, q, k, v), True, True)])
     work = [sum(f for _, f, _ in results[0][3]) for results in outs]
     blocks = ", ".join(f"rank {r}: {w / block:.2f}" for r, w in enumerate(work))
     assert max(work) - min(work) <= block, (
@@ -359,14 +216,14 @@ def test_ring_attention_gradients_match_attention_on_the_whole_sequence(world_si
     cases, oracles = [], []
     for i, dtype in enumerate(SHAPES):
         q, k, v, dout = _case(world_size, dtype, seed=20 + 10 * i)
-        oracles.append((dtype, _oracle(q, k, v, dout, causal)))
-        cases.append((_blocks(world_size, zigzag, q, k, v, dout), causal, zigzag))
+        oracles.append((dtype, attention_oracle(q, k, v, dout, causal)))
+        cases.append((rank_blocks(world_size, zigzag, q, k, v, dout), causal, zigzag))
     outs = run_ranks(world_size, backward_rank, cases)
     for i, (dtype, want) in enumerate(oracles):
         for rank, results in enumerate(outs):
             what = f"rank {rank}, {layout} {mask} attention, {str(dtype)[6:]} {tuple(SHAPES[dtype])}"
             for j, name in enumerate(["out", "dq", "dk", "dv"]):
-                expected = _layout(want[name].to(dtype), world_size, zigzag)[rank]
+                expected = cut_sequence(want[name].to(dtype), world_size, zigzag)[rank]
                 hint = " (the gradient of this rank's own key/value block)" if name in ("dk", "dv") else ""
                 assert_close(results[i][j], expected, what=f"{what}: {name}{hint}", **TOL[dtype])
 
@@ -377,7 +234,7 @@ def test_backward_ring_sends_keys_values_and_their_gradients_to_the_next_rank(wo
     """Backward: only neighbours, N-1 key/value hops (hidden behind compute) and N gradient hops."""
     zigzag, causal = layout == "zigzag", mask == "causal"
     q, k, v, dout = _case(world_size, torch.float32, seed=4)
-    outs = run_ranks(world_size, backward_rank, [(_blocks(world_size, zigzag, q, k, v, dout), causal, zigzag)])
+    outs = run_ranks(world_size, backward_rank, [(rank_blocks(world_size, zigzag, q, k, v, dout), causal, zigzag)])
     kv = (k.numel() + v.numel()) // world_size * 4
     # N-1 key/value hops + N gradient hops (the last brings each block's gradient home); none at N = 1.
     hops = 2 * world_size - 1 if world_size > 1 else 0
