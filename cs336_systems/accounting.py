@@ -1,6 +1,8 @@
 """Back-of-the-envelope numbers for distributed training: memory, communication, bubbles, FLOPs.
 
-Your task (handouts/06-accounting.md): implement each function from its docstring. They are pure
+Your task: implement each function from its docstring when its part's handout asks for it. The
+sections follow the course: §1.7 (the alpha-beta model), §5.6 (pipeline schedules), Part 6 (memory,
+communication, FLOPs, activations), §7.4 (placement and planning), §8.4 and §9.4. They are pure
 functions (no communication); the tests check them against the numbers in the papers cited below
 and against random inputs, and check that bad input raises ``ValueError``/``TypeError`` naming the
 argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
@@ -23,6 +25,14 @@ Sources:
 from __future__ import annotations
 
 __all__ = [
+    "all_reduce_time",
+    "all_reduce_crossover_bytes",
+    "fit_alpha_beta",
+    "schedule_bubble_fraction",
+    "schedule_peak_activations",
+    "pipeline_activation_bytes",
+    "recompute_training_flops",
+    "hfu",
     "training_memory_bytes",
     "zero_memory_per_gpu",
     "ring_all_reduce_bytes_per_rank",
@@ -30,238 +40,21 @@ __all__ = [
     "training_flops",
     "mfu",
     "activation_memory_per_layer",
+    "parallel_memory_per_gpu",
+    "communication_bytes_per_gpu",
+    "plan_parallelism",
+    "moe_all_to_all_bytes",
+    "expert_parameter_bytes_per_rank",
+    "context_parallel_activation_memory_per_layer",
+    "ring_attention_bytes_per_rank",
+    "ring_attention_min_block_tokens",
 ]
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 6.1: memory
-# Model states (parameters, gradients, optimizer state) without and with ZeRO.
-# ---------------------------------------------------------------------------------------------
-
-
-def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> int:
-    """Bytes of model states (parameters + gradients + optimizer state) for one unsharded replica.
-
-    ``num_params * (param_bytes + grad_bytes + optimizer_bytes)``, rounded to the nearest int.
-    The defaults are mixed-precision Adam (ZeRO paper, K = 12): fp16 parameters (2) and gradients
-    (2), plus an fp32 master copy, momentum and variance (4 + 4 + 4). Activations, buffers and
-    fragmentation are not included. Example: 7.5e9 parameters -> 120e9 bytes.
-
-    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative or non-finite value,
-    naming the argument.
-    """
-    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
-
-
-def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
-    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
-
-    With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
-        stage 0 (plain DDP)                     P * (p + g + o)
-        stage 1 (P_os: optimizer state sharded)  P * (p + g) + P * o / N
-        stage 2 (P_os+g: and gradients)          P * p + P * (g + o) / N
-        stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
-    Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
-
-    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
-    ``TypeError`` for a non-integer stage or world size, naming the argument.
-    """
-    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 6.2: communication and bubbles
-# Bytes a ring all-reduce sends per rank; idle time of a pipeline.
-# ---------------------------------------------------------------------------------------------
-
-
-def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
-    """Bytes each rank sends in a ring all-reduce of a ``num_bytes`` buffer over ``world_size`` ranks.
-
-    Ring reduce-scatter (N-1 steps of M/N bytes) then ring all-gather (the same again):
-    ``2 * (N - 1) / N * M``; 0 for N = 1. This is also what ZeRO stage 2 pays (a reduce-scatter of
-    the gradients plus an all-gather of the updated parameters), so stage 2 costs no more than DDP.
-
-    Raises ``ValueError`` for negative ``num_bytes`` or ``world_size < 1`` and ``TypeError`` for a
-    non-integer ``world_size``, naming the argument.
-    """
-    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
-
-
-def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
-    """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
-
-    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
-    interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
-    times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
-
-    Raises ``ValueError`` for any argument < 1 and ``TypeError`` for a non-integer, naming it.
-    """
-    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 6.3: FLOPs and MFU
-# Training compute (6ND) and model FLOPs utilisation.
-# ---------------------------------------------------------------------------------------------
-
-
-def training_flops(num_params, num_tokens) -> float:
-    """FLOPs to train a dense model of ``num_params`` on ``num_tokens`` tokens: ``6 * N * D``.
-
-    Each token costs 2N FLOPs forward (one multiply-add per parameter) and 4N backward (grads with
-    respect to activations and to weights); attention's sequence-length term is ignored.
-
-    Raises ``ValueError`` for a negative count and ``TypeError`` for a non-number, naming it.
-    """
-    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
-
-
-def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
-    """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak.
-
-    ``6 * num_params * tokens_per_second / peak_flops_per_second`` (recomputation is not counted
-    as useful work, which is what makes it *model* FLOPs). Example: 1e9 parameters at 10_000
-    tokens/s on a 989e12 FLOP/s H100 (dense bf16) -> 0.0607.
-
-    Raises ``ValueError`` for a negative count or a peak <= 0 and ``TypeError`` for a non-number.
-    """
-    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 6.4: activation memory
-# One transformer layer's saved activations, with tensor and sequence parallelism.
-# ---------------------------------------------------------------------------------------------
-
-
-def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
-    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
-
-    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
-        no parallelism                  s*b*h * (34 + 5*a*s/h)
-        tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
-        tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
-    34 = 11 (attention block) + 19 (MLP block) + 4 (two layer norms); 5as/h is the attention
-    scores, softmax output and its dropout mask. The 10 left unsplit by plain TP are the layer
-    norms and dropouts, which sequence parallelism splits along s. ``sequence_parallel`` with
-    tp = 1 is the first row.
-
-    Raises ``ValueError`` for counts < 1 or ``heads`` not divisible by ``tp`` (TP splits heads), and
-    ``TypeError`` for a non-integer count or a non-bool ``sequence_parallel``, naming the argument.
-    """
-    raise NotImplementedError("Task 6.4 (activation memory): see handouts/06-accounting.md §6.4")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 8.4: expert parallelism
-# One MoE layer's all-to-all traffic and its experts' memory per rank (handouts/08-expert-parallel.md).
-# ---------------------------------------------------------------------------------------------
-
-__all__ += ["moe_all_to_all_bytes", "expert_parameter_bytes_per_rank"]
-
-
-def moe_all_to_all_bytes(tokens, d_model, top_k, world_size, bytes_per_element=2) -> float:
-    """Bytes one rank sends to *other* ranks for one MoE layer in one training step (forward and
-    backward), under expert parallelism over ``world_size`` ranks, with even routing and no drops.
-
-    Each of the rank's ``tokens`` tokens goes to ``top_k`` experts, so every exchange moves
-    tokens * top_k rows of ``d_model`` values; a step makes four (dispatch and combine in forward,
-    their reverses in backward), and with even routing (W - 1)/W of each leaves the rank:
-        4 * tokens * top_k * d_model * (W - 1) / W * bytes_per_element
-    Example: 4096 tokens, d_model 4096, top-2, W = 8, bf16: 4 * 4096 * 2 * 4096 * 7/8 * 2 = 234.9e6.
-
-    Raises ``TypeError`` for a non-number (non-int for d_model, top_k, world_size) and
-    ``ValueError`` for a negative ``tokens``/``bytes_per_element`` or a count < 1, naming the argument.
-    """
-    raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
-
-
-def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, bytes_per_param=2, bias=True) -> float:
-    """Bytes of expert parameters on each of ``world_size`` expert-parallel ranks.
-
-    Every expert is a ``models.MLP``: fc1 (d_ff, d_model) + bias (d_ff,), fc2 (d_model, d_ff) + bias
-    (d_model,). A rank holds num_experts / world_size whole experts:
-        num_experts / W * (2 * d_model * d_ff + d_ff + d_model) * bytes_per_param
-    (without biases: 2 * d_model * d_ff per expert). The replicated router (d_model * num_experts)
-    is not included. Use bytes_per_param = 16 for the model states of mixed-precision Adam.
-
-    Raises ``TypeError`` for a non-int count or a non-bool ``bias``, and ``ValueError`` for a count
-    < 1, a negative ``bytes_per_param`` or ``num_experts`` not divisible by ``world_size``, naming the
-    argument.
-    """
-    raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
-
-
-# ---------------------------------------------------------------------------------------------
-# ## Task 9.4: context parallelism
-# Ring attention's activations, bytes and overlap bound per rank (handouts/09-context-parallel.md).
-# ---------------------------------------------------------------------------------------------
-
-__all__ += ["context_parallel_activation_memory_per_layer", "ring_attention_bytes_per_rank",
-            "ring_attention_min_block_tokens"]  # fmt: skip
-
-
-def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, tp=1) -> float:
-    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU, with
-    context parallelism over ``cp`` ranks and tensor + sequence parallelism over ``tp`` ranks.
-
-    Every activation is split along the sequence by c = cp (and by t = tp as in Part 6's sequence
-    parallelism), and ring attention keeps no s x s score matrix (backward recomputes each block's
-    probabilities from the saved log-sum-exp), so Part 6's 5as/h term is gone:
-        34 * s * b * h / (t * c)
-    (the log-sum-exp, s*b*a/(t*c) floats, is left out). Example: s = 131072, b = 1, h = 8192, a = 64,
-    cp = 8, tp = 8: 34 * 131072 * 8192 / 64 = 570_425_344 bytes.
-
-    Raises ``TypeError`` for a non-int count and ``ValueError`` for a count < 1, ``seq`` not divisible
-    by ``cp`` or ``heads`` not divisible by ``tp``, naming the argument.
-    """
-    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
-
-
-def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_element=2,
-                                  grad_bytes_per_element=4) -> float:  # fmt: skip
-    """Bytes one rank sends for one attention layer in one training step (forward and backward) of
-    ring attention over ``cp`` ranks.
-
-    A key block and a value block each hold B = batch * kv_heads * (seq / c) * head_dim values.
-    Forward: c - 1 hops of both blocks. Backward: c - 1 hops again, plus c hops of their gradients
-    (accumulated in float32: ``grad_bytes_per_element``), the last one bringing each block's
-    gradient home:
-        2 * B * ((2c - 2) * e + c * g)          (0 when c = 1)
-    Example: seq 32768, batch 1, 8 key/value heads of 128, cp = 8, bf16 with float32 gradients:
-    B = 4_194_304, 2 * B * (14 * 2 + 8 * 4) = 503_316_480 bytes.
-
-    Raises ``TypeError`` for a non-int count (non-number for the byte sizes) and ``ValueError`` for a
-    count < 1, a negative byte size or ``seq`` not divisible by ``cp``, naming the argument.
-    """
-    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
-
-
-def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per_second, bytes_per_element=2,
-                                    causal=False) -> float:  # fmt: skip
-    """Tokens per rank (c = s / cp) from which a ring hop hides behind its step's compute.
-
-    One step attends c queries to c keys: 4 * b * a * c^2 * d FLOPs (q.k^T and p.v, 2 FLOPs per
-    multiply-add; a causal zigzag block computes half of that) while the hop moves a key and a value
-    block, 2 * b * g * c * d * e bytes. Compute time >= transfer time when
-        c >= (g / a) * e * F / (2 * W)              (twice that with ``causal``)
-    with a = heads, g = kv_heads, F = flops_per_second, W = bytes_per_second, e = bytes_per_element.
-    Example: H100 bf16 (F = 989e12), a = g, one 400 Gb/s NIC (W = 50e9): 19_780 tokens.
-
-    Raises ``TypeError`` for a non-number (non-int head count, non-bool ``causal``) and ``ValueError``
-    for a head count < 1, ``heads`` not divisible by ``kv_heads``, or a rate that is not > 0, naming
-    the argument.
-    """
-    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 1.7: the alpha-beta model of all-reduce (handouts/01-collectives.md §1.7)
 # The ring against recursive doubling: modelled time, where they cross, alpha and beta fitted.
 # ---------------------------------------------------------------------------------------------
-
-__all__ += ["all_reduce_time", "all_reduce_crossover_bytes", "fit_alpha_beta"]
 
 
 def all_reduce_time(num_bytes, world_size, algorithm, alpha, beta) -> float:
@@ -304,11 +97,207 @@ def fit_alpha_beta(num_bytes, seconds, algorithms, world_size) -> tuple[float, f
 
 
 # ---------------------------------------------------------------------------------------------
-# ## Task 7.4: placement and planning (Part 7, handouts/07-mesh.md §7.4)
-# Memory and traffic of one (dp, tp, pp, ZeRO) configuration, and a planner that picks one.
+# ## Task 5.6: pipeline schedules in numbers (handouts/05-pipeline.md §5.6)
+# Bubble and peak activations per schedule, activation memory with checkpointing, recomputation's
+# FLOPs (6ND -> 8ND) and the gap it opens between MFU and HFU.
 # ---------------------------------------------------------------------------------------------
 
-__all__ += ["parallel_memory_per_gpu", "communication_bytes_per_gpu", "plan_parallelism"]
+PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # what schedule= may be
+
+
+def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=1, forward_time=1.0,
+                             backward_input_time=1.0, backward_weight_time=1.0) -> float:  # fmt: skip
+    """Fraction of a step each stage idles under ``schedule``, with p = num_stages, m = num_microbatches.
+
+        "gpipe", "1f1b"     (p - 1) / (m + p - 1)
+        "interleaved"       (p - 1) / (v·m + p - 1)                  v = num_chunks
+        "zb-h1"             (p - 1)(F + B - W) / (m(F + B + W) + (p - 1)(F + B - W))
+    where F, B, W are the times of a forward, of the input-gradient half of the backward and of
+    its weight-gradient half (``forward_time``, ``backward_input_time``, ``backward_weight_time``;
+    the other schedules' answers do not depend on them). F = B = W: ZB-H1 idles (p - 1) units
+    against 1F1B's 3(p - 1); p = 4, m = 8: 0.1111 against 0.2727.
+
+    ZB-H1's formula holds for m >= p and W <= F: otherwise ``ValueError`` naming
+    ``num_microbatches`` / ``backward_weight_time``. Raises ``ValueError`` for an unknown
+    ``schedule``, counts < 1, times <= 0, ``num_chunks > 1`` outside "interleaved" and m not a
+    multiple of p with chunks; ``TypeError`` for a non-integer count or a non-number time.
+    """
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num_chunks=1) -> int:
+    """The most (microbatch, chunk) pairs stage ``stage`` holds at once: from an F to the end of its
+    backward (its B, or its W under "zb-h1").
+
+        "gpipe"         m
+        "1f1b"          min(p - s, m)
+        "interleaved"   min(2(p - s - 1) + (v - 1)·p + 1, v·m)  chunk activations, each 1/v of a stage's
+                        (v = 1: 1F1B's)
+        "zb-h1"         min(p, m)  on every stage: 1F1B's peak (stage 0's)
+    Raises like ``schedule_bubble_fraction``, and ``ValueError`` unless 0 <= ``stage`` < p.
+    """
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, checkpoint=False) -> float:
+    """Bytes of activations a stage holds at its peak, for ``held_microbatches`` microbatches in flight.
+
+    Without checkpointing each keeps everything its backward needs: ``held * activation_bytes``.
+    With full activation checkpointing each keeps only its stage input, and one microbatch at a
+    time is recomputed in full: ``held * input_bytes + activation_bytes``. Example: 4 microbatches
+    of a stage saving 34·sbh bytes per layer over 8 layers, input 2·sbh: 1088·sbh without, 280·sbh with.
+
+    Raises ``ValueError`` for a negative number and ``TypeError`` for a non-number or a non-bool
+    ``checkpoint``, naming the argument.
+    """
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def recompute_training_flops(num_params, num_tokens) -> float:
+    """FLOPs the hardware runs to train with full activation checkpointing: ``8 * N * D``.
+
+    The 6ND of ``training_flops`` plus one more forward (2ND) to recompute the activations during
+    the backward. Raises like ``training_flops``.
+    """
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -> float:
+    """Hardware FLOPs utilisation: the FLOP/s the hardware actually runs over its peak.
+
+    ``8 * N * tokens_per_second / peak`` with full checkpointing (the recomputed forward counts),
+    ``6 * N * tokens_per_second / peak`` without, when it equals ``mfu``. With checkpointing
+    MFU = 3/4 HFU: 1e9 parameters at 10_000 tokens/s on 989e12 FLOP/s -> HFU 0.0809, MFU 0.0607.
+
+    Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
+    """
+    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.1: memory (handouts/06-accounting.md §6.1)
+# Model states (parameters, gradients, optimizer state) without and with ZeRO.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> int:
+    """Bytes of model states (parameters + gradients + optimizer state) for one unsharded replica.
+
+    ``num_params * (param_bytes + grad_bytes + optimizer_bytes)``, rounded to the nearest int.
+    The defaults are mixed-precision Adam (ZeRO paper, K = 12): fp16 parameters (2) and gradients
+    (2), plus an fp32 master copy, momentum and variance (4 + 4 + 4). Activations, buffers and
+    fragmentation are not included. Example: 7.5e9 parameters -> 120e9 bytes.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a negative or non-finite value,
+    naming the argument.
+    """
+    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
+
+
+def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
+    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
+
+    With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
+        stage 0 (plain DDP)                     P * (p + g + o)
+        stage 1 (P_os: optimizer state sharded)  P * (p + g) + P * o / N
+        stage 2 (P_os+g: and gradients)          P * p + P * (g + o) / N
+        stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
+    Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
+
+    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer stage or world size, naming the argument.
+    """
+    raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.2: communication and bubbles (handouts/06-accounting.md §6.2)
+# Bytes a ring all-reduce sends per rank; idle time of a pipeline.
+# ---------------------------------------------------------------------------------------------
+
+
+def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
+    """Bytes each rank sends in a ring all-reduce of a ``num_bytes`` buffer over ``world_size`` ranks.
+
+    Ring reduce-scatter (N-1 steps of M/N bytes) then ring all-gather (the same again):
+    ``2 * (N - 1) / N * M``; 0 for N = 1. This is also what ZeRO stage 2 pays (a reduce-scatter of
+    the gradients plus an all-gather of the updated parameters), so stage 2 costs no more than DDP.
+
+    Raises ``ValueError`` for negative ``num_bytes`` or ``world_size < 1`` and ``TypeError`` for a
+    non-integer ``world_size``, naming the argument.
+    """
+    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
+
+
+def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
+    """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
+
+    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
+    interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
+    times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
+
+    Raises ``ValueError`` for any argument < 1 and ``TypeError`` for a non-integer, naming it.
+    """
+    raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.3: FLOPs and MFU (handouts/06-accounting.md §6.3)
+# Training compute (6ND) and model FLOPs utilisation.
+# ---------------------------------------------------------------------------------------------
+
+
+def training_flops(num_params, num_tokens) -> float:
+    """FLOPs to train a dense model of ``num_params`` on ``num_tokens`` tokens: ``6 * N * D``.
+
+    Each token costs 2N FLOPs forward (one multiply-add per parameter) and 4N backward (grads with
+    respect to activations and to weights); attention's sequence-length term is ignored.
+
+    Raises ``ValueError`` for a negative count and ``TypeError`` for a non-number, naming it.
+    """
+    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
+
+
+def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
+    """Model FLOPs utilisation: achieved training FLOP/s over the hardware's peak.
+
+    ``6 * num_params * tokens_per_second / peak_flops_per_second`` (recomputation is not counted
+    as useful work, which is what makes it *model* FLOPs). Example: 1e9 parameters at 10_000
+    tokens/s on a 989e12 FLOP/s H100 (dense bf16) -> 0.0607.
+
+    Raises ``ValueError`` for a negative count or a peak <= 0 and ``TypeError`` for a non-number.
+    """
+    raise NotImplementedError("Task 6.3 (FLOPs and MFU): see handouts/06-accounting.md §6.3")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 6.4: activation memory (handouts/06-accounting.md §6.4)
+# One transformer layer's saved activations, with tensor and sequence parallelism.
+# ---------------------------------------------------------------------------------------------
+
+
+def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
+    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
+
+    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
+        no parallelism                  s*b*h * (34 + 5*a*s/h)
+        tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
+        tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
+    34 = 11 (attention block) + 19 (MLP block) + 4 (two layer norms); 5as/h is the attention
+    scores, softmax output and its dropout mask. The 10 left unsplit by plain TP are the layer
+    norms and dropouts, which sequence parallelism splits along s. ``sequence_parallel`` with
+    tp = 1 is the first row.
+
+    Raises ``ValueError`` for counts < 1 or ``heads`` not divisible by ``tp`` (TP splits heads), and
+    ``TypeError`` for a non-integer count or a non-bool ``sequence_parallel``, naming the argument.
+    """
+    raise NotImplementedError("Task 6.4 (activation memory): see handouts/06-accounting.md §6.4")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 7.4: placement and planning (handouts/07-mesh.md §7.4)
+# Memory and traffic of one (dp, tp, pp, ZeRO) configuration, and a planner that picks one.
+# ---------------------------------------------------------------------------------------------
 
 RECOMPUTE = ("none", "selective", "full")  # what recompute= may be
 
@@ -389,86 +378,98 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
 
 
 # ---------------------------------------------------------------------------------------------
-# ## Task 5.6: pipeline schedules in numbers (Part 5, handouts/05-pipeline.md §5.6)
-# Bubble and peak activations per schedule, activation memory with checkpointing, recomputation's
-# FLOPs (6ND -> 8ND) and the gap it opens between MFU and HFU.
+# ## Task 8.4: expert parallelism (handouts/08-expert-parallel.md §8.4)
+# One MoE layer's all-to-all traffic and its experts' memory per rank (handouts/08-expert-parallel.md).
 # ---------------------------------------------------------------------------------------------
 
-__all__ += [
-    "schedule_bubble_fraction",
-    "schedule_peak_activations",
-    "pipeline_activation_bytes",
-    "recompute_training_flops",
-    "hfu",
-]
 
-PIPELINE_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")  # what schedule= may be
+def moe_all_to_all_bytes(tokens, d_model, top_k, world_size, bytes_per_element=2) -> float:
+    """Bytes one rank sends to *other* ranks for one MoE layer in one training step (forward and
+    backward), under expert parallelism over ``world_size`` ranks, with even routing and no drops.
 
+    Each of the rank's ``tokens`` tokens goes to ``top_k`` experts, so every exchange moves
+    tokens * top_k rows of ``d_model`` values; a step makes four (dispatch and combine in forward,
+    their reverses in backward), and with even routing (W - 1)/W of each leaves the rank:
+        4 * tokens * top_k * d_model * (W - 1) / W * bytes_per_element
+    Example: 4096 tokens, d_model 4096, top-2, W = 8, bf16: 4 * 4096 * 2 * 4096 * 7/8 * 2 = 234.9e6.
 
-def schedule_bubble_fraction(schedule, num_stages, num_microbatches, num_chunks=1, forward_time=1.0,
-                             backward_input_time=1.0, backward_weight_time=1.0) -> float:  # fmt: skip
-    """Fraction of a step each stage idles under ``schedule``, with p = num_stages, m = num_microbatches.
-
-        "gpipe", "1f1b"     (p - 1) / (m + p - 1)
-        "interleaved"       (p - 1) / (v·m + p - 1)                  v = num_chunks
-        "zb-h1"             (p - 1)(F + B - W) / (m(F + B + W) + (p - 1)(F + B - W))
-    where F, B, W are the times of a forward, of the input-gradient half of the backward and of
-    its weight-gradient half (``forward_time``, ``backward_input_time``, ``backward_weight_time``;
-    the other schedules' answers do not depend on them). F = B = W: ZB-H1 idles (p - 1) units
-    against 1F1B's 3(p - 1); p = 4, m = 8: 0.1111 against 0.2727.
-
-    ZB-H1's formula holds for m >= p and W <= F: otherwise ``ValueError`` naming
-    ``num_microbatches`` / ``backward_weight_time``. Raises ``ValueError`` for an unknown
-    ``schedule``, counts < 1, times <= 0, ``num_chunks > 1`` outside "interleaved" and m not a
-    multiple of p with chunks; ``TypeError`` for a non-integer count or a non-number time.
+    Raises ``TypeError`` for a non-number (non-int for d_model, top_k, world_size) and
+    ``ValueError`` for a negative ``tokens``/``bytes_per_element`` or a count < 1, naming the argument.
     """
-    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+    raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
 
 
-def schedule_peak_activations(schedule, num_stages, num_microbatches, stage, num_chunks=1) -> int:
-    """The most (microbatch, chunk) pairs stage ``stage`` holds at once: from an F to the end of its
-    backward (its B, or its W under "zb-h1").
+def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, bytes_per_param=2, bias=True) -> float:
+    """Bytes of expert parameters on each of ``world_size`` expert-parallel ranks.
 
-        "gpipe"         m
-        "1f1b"          min(p - s, m)
-        "interleaved"   min(2(p - s - 1) + (v - 1)·p + 1, v·m)  chunk activations, each 1/v of a stage's
-                        (v = 1: 1F1B's)
-        "zb-h1"         min(p, m)  on every stage: 1F1B's peak (stage 0's)
-    Raises like ``schedule_bubble_fraction``, and ``ValueError`` unless 0 <= ``stage`` < p.
+    Every expert is a ``models.MLP``: fc1 (d_ff, d_model) + bias (d_ff,), fc2 (d_model, d_ff) + bias
+    (d_model,). A rank holds num_experts / world_size whole experts:
+        num_experts / W * (2 * d_model * d_ff + d_ff + d_model) * bytes_per_param
+    (without biases: 2 * d_model * d_ff per expert). The replicated router (d_model * num_experts)
+    is not included. Use bytes_per_param = 16 for the model states of mixed-precision Adam.
+
+    Raises ``TypeError`` for a non-int count or a non-bool ``bias``, and ``ValueError`` for a count
+    < 1, a negative ``bytes_per_param`` or ``num_experts`` not divisible by ``world_size``, naming the
+    argument.
     """
-    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+    raise NotImplementedError("Task 8.4 (expert-parallel accounting): see handouts/08-expert-parallel.md §8.4")
 
 
-def pipeline_activation_bytes(held_microbatches, activation_bytes, input_bytes, checkpoint=False) -> float:
-    """Bytes of activations a stage holds at its peak, for ``held_microbatches`` microbatches in flight.
+# ---------------------------------------------------------------------------------------------
+# ## Task 9.4: context parallelism (handouts/09-context-parallel.md §9.4)
+# Ring attention's activations, bytes and overlap bound per rank (handouts/09-context-parallel.md).
+# ---------------------------------------------------------------------------------------------
 
-    Without checkpointing each keeps everything its backward needs: ``held * activation_bytes``.
-    With full activation checkpointing each keeps only its stage input, and one microbatch at a
-    time is recomputed in full: ``held * input_bytes + activation_bytes``. Example: 4 microbatches
-    of a stage saving 34·sbh bytes per layer over 8 layers, input 2·sbh: 1088·sbh without, 280·sbh with.
 
-    Raises ``ValueError`` for a negative number and ``TypeError`` for a non-number or a non-bool
-    ``checkpoint``, naming the argument.
+def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, tp=1) -> float:
+    """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU, with
+    context parallelism over ``cp`` ranks and tensor + sequence parallelism over ``tp`` ranks.
+
+    Every activation is split along the sequence by c = cp (and by t = tp as in Part 6's sequence
+    parallelism), and ring attention keeps no s x s score matrix (backward recomputes each block's
+    probabilities from the saved log-sum-exp), so Part 6's 5as/h term is gone:
+        34 * s * b * h / (t * c)
+    (the log-sum-exp, s*b*a/(t*c) floats, is left out). Example: s = 131072, b = 1, h = 8192, a = 64,
+    cp = 8, tp = 8: 34 * 131072 * 8192 / 64 = 570_425_344 bytes.
+
+    Raises ``TypeError`` for a non-int count and ``ValueError`` for a count < 1, ``seq`` not divisible
+    by ``cp`` or ``heads`` not divisible by ``tp``, naming the argument.
     """
-    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
-def recompute_training_flops(num_params, num_tokens) -> float:
-    """FLOPs the hardware runs to train with full activation checkpointing: ``8 * N * D``.
+def ring_attention_bytes_per_rank(seq, batch, kv_heads, head_dim, cp, bytes_per_element=2,
+                                  grad_bytes_per_element=4) -> float:  # fmt: skip
+    """Bytes one rank sends for one attention layer in one training step (forward and backward) of
+    ring attention over ``cp`` ranks.
 
-    The 6ND of ``training_flops`` plus one more forward (2ND) to recompute the activations during
-    the backward. Raises like ``training_flops``.
+    A key block and a value block each hold B = batch * kv_heads * (seq / c) * head_dim values.
+    Forward: c - 1 hops of both blocks. Backward: c - 1 hops again, plus c hops of their gradients
+    (accumulated in float32: ``grad_bytes_per_element``), the last one bringing each block's
+    gradient home:
+        2 * B * ((2c - 2) * e + c * g)          (0 when c = 1)
+    Example: seq 32768, batch 1, 8 key/value heads of 128, cp = 8, bf16 with float32 gradients:
+    B = 4_194_304, 2 * B * (14 * 2 + 8 * 4) = 503_316_480 bytes.
+
+    Raises ``TypeError`` for a non-int count (non-number for the byte sizes) and ``ValueError`` for a
+    count < 1, a negative byte size or ``seq`` not divisible by ``cp``, naming the argument.
     """
-    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
 
 
-def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -> float:
-    """Hardware FLOPs utilisation: the FLOP/s the hardware actually runs over its peak.
+def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per_second, bytes_per_element=2,
+                                    causal=False) -> float:  # fmt: skip
+    """Tokens per rank (c = s / cp) from which a ring hop hides behind its step's compute.
 
-    ``8 * N * tokens_per_second / peak`` with full checkpointing (the recomputed forward counts),
-    ``6 * N * tokens_per_second / peak`` without, when it equals ``mfu``. With checkpointing
-    MFU = 3/4 HFU: 1e9 parameters at 10_000 tokens/s on 989e12 FLOP/s -> HFU 0.0809, MFU 0.0607.
+    One step attends c queries to c keys: 4 * b * a * c^2 * d FLOPs (q.k^T and p.v, 2 FLOPs per
+    multiply-add; a causal zigzag block computes half of that) while the hop moves a key and a value
+    block, 2 * b * g * c * d * e bytes. Compute time >= transfer time when
+        c >= (g / a) * e * F / (2 * W)              (twice that with ``causal``)
+    with a = heads, g = kv_heads, F = flops_per_second, W = bytes_per_second, e = bytes_per_element.
+    Example: H100 bf16 (F = 989e12), a = g, one 400 Gb/s NIC (W = 50e9): 19_780 tokens.
 
-    Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
+    Raises ``TypeError`` for a non-number (non-int head count, non-bool ``causal``) and ``ValueError``
+    for a head count < 1, ``heads`` not divisible by ``kv_heads``, or a rate that is not > 0, naming
+    the argument.
     """
-    raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+    raise NotImplementedError("Task 9.4 (context-parallel accounting): see handouts/09-context-parallel.md §9.4")
