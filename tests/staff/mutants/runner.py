@@ -1,13 +1,9 @@
-"""Run a slice of the suite against a mutant implementation in a fresh pytest process (staff only).
+"""Run a slice of the suite against a mutant implementation, and judge the outcome (staff only).
 
-    MUTANTS = [Mutant("ddp_no_avg", "::test_sgd_steps_match[w2-naive-toy]", "divide by the world size")]
+    assert_caught("ddp_no_avg", Check("tests/test_ddp.py", "::test_sgd_steps_match[w2-naive-toy]", "divide by"))
 
-    @pytest.mark.parametrize("mutant", MUTANTS, ids=str)
-    def test_the_suite_kills_the_mutant(mutant):
-        \"\"\"The selected slice of the suite fails on this mutant, quickly, with a message that teaches.\"\"\"
-        assert_killed(mutant, "tests/test_ddp.py")
-
-Every ``test_<idea>_mutants.py`` is a table of ``Mutant`` rows and that one test function.
+``run_suite`` runs ``pytest <selection> --impl <impl>`` in the suite server (server.py); ``assert_caught``
+runs one ``Check`` of a table row (table.py) against ``tests.staff.mutants.<id>`` and asserts its outcome.
 """
 
 from __future__ import annotations
@@ -22,19 +18,7 @@ import time
 from dataclasses import dataclass
 
 from tests.harness.pool import ROOT
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """A buggy implementation (package ``tests.staff.mutants.<package>``) and how the suite must catch it."""
-
-    package: str
-    select: str  # a -k expression, or "::test_name[case-id]" for one case of the suite file
-    expect: str  # text the failure output must show: the part of the message that teaches
-    world_sizes: str = "2"
-
-    def __str__(self) -> str:  # the pytest id
-        return self.package
+from tests.staff.mutants.table import Check
 
 
 @dataclass
@@ -121,11 +105,16 @@ def assert_mutant_killed(impl: str, *selection: str, expect: str | tuple[str, ..
     return run
 
 
-def assert_killed(mutant: Mutant, suite: str, *, names: tuple[str, ...] = (), deadline: float = 10,
-                  within: float = 120) -> SuiteRun:  # fmt: skip
-    """``mutant``'s slice of ``suite`` must fail on it: ``assert_mutant_killed`` with the row's selection."""
+def assert_caught(mutant_id: str, check: Check) -> SuiteRun:
+    """``check``'s slice of its suite must fail on ``tests.staff.mutants.<mutant_id>`` (``assert_mutant_killed``
+    with the check's settings), or, for ``check.passes``, pass on it."""
     __tracebackhide__ = True
-    selection = (suite + mutant.select,) if mutant.select.startswith("::") else (suite, "-k", mutant.select)
-    impl = f"tests.staff.mutants.{mutant.package}"
-    return assert_mutant_killed(impl, *selection, expect=mutant.expect, names=names, within=within,
-                                world_sizes=mutant.world_sizes, deadline=deadline)  # fmt: skip
+    s = check.select
+    selection = (check.suite + s,) if s.startswith("::") else (check.suite, "-k", s)
+    impl = f"tests.staff.mutants.{mutant_id}"
+    if check.passes:
+        run = run_suite(impl, *selection, world_sizes=check.world_sizes, deadline=check.deadline)
+        assert run.returncode == 0, f"the slice {selection} was meant to miss {mutant_id}:\n{run.output[-3000:]}"
+        return run
+    return assert_mutant_killed(impl, *selection, expect=check.expect, names=check.names, within=check.within,
+                                world_sizes=check.world_sizes, deadline=check.deadline)  # fmt: skip

@@ -1,1 +1,0 @@
-"""Mutant: Training FLOPs counted as 2ND (the forward pass only)."""

@@ -1,1 +1,0 @@
-"""Mutant: Sequence parallelism assumed to save nothing beyond tensor parallelism."""

@@ -1,1 +1,0 @@
-"""Mutant: an unknown algorithm is not rejected: it silently runs the ring."""

@@ -1,1 +1,0 @@
-"""Mutant: the model is computed, but algorithm="auto" always picks the ring."""

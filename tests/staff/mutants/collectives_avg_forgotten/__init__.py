@@ -1,1 +1,0 @@
-"""Mutant: all_reduce(op="avg") sums but never divides."""

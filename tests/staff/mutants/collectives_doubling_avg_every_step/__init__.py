@@ -1,1 +1,0 @@
-"""Mutant: recursive doubling divides by N after every exchange step instead of once at the end."""

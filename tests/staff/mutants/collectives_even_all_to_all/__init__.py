@@ -1,1 +1,0 @@
-"""Mutant: all_to_all assumes every piece has the size of the one it sends."""

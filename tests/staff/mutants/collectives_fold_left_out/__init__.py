@@ -1,1 +1,0 @@
-"""Mutant: recursive doubling never folds the extra ranks' tensors in (they still receive the result)."""

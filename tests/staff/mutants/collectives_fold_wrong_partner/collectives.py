@@ -1,8 +1,0 @@
-from tests.staff.mutants.mutate import mutate
-
-mutate(
-    globals(),
-    "reference_solutions.collectives",
-    "    partner = me - p if extra else me + p  #",
-    "    partner = me - p if extra else me + (n - p)  #",
-)

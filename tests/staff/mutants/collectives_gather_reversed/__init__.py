@@ -1,1 +1,0 @@
-"""Mutant: all_gather concatenates in reverse rank order."""

@@ -1,1 +1,0 @@
-"""Mutant: broadcast treats src as a rank within the group instead of a global rank."""

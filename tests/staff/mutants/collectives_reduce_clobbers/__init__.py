@@ -1,1 +1,0 @@
-"""Mutant: reduce accumulates into every rank's tensor, not only dst's."""

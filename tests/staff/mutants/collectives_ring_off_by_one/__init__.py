@@ -1,1 +1,0 @@
-"""Mutant: the ring's all-gather phase forwards the wrong chunk (off by one)."""

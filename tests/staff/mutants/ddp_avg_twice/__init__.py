@@ -1,1 +1,0 @@
-"""Mutant: DDPBucketed divides each bucket by the world size before the all-reduce and again after."""

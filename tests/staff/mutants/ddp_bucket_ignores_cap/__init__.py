@@ -1,1 +1,0 @@
-"""Mutant: the bucket check looks at the new parameter alone, not the bucket's total: few, huge buckets."""

@@ -1,1 +1,0 @@
-"""Mutant: the bucket being filled when the loop ends is never appended (first parameters unsynced)."""

@@ -1,1 +1,0 @@
-"""Mutant: DDPBucketed only marks grads ready during backward and launches every bucket in finish."""

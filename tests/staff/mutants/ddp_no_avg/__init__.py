@@ -1,1 +1,0 @@
-"""Mutant: all_reduce_gradients sums the gradients but never divides by the world size."""

@@ -1,1 +1,0 @@
-"""Mutant: the wrappers never broadcast rank 0's weights, so ranks train from different ones."""

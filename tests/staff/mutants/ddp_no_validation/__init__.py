@@ -1,1 +1,0 @@
-"""Mutant: DDPBucketed accepts a negative bucket size (it silently acts like 0)."""

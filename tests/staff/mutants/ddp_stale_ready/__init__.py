@@ -1,1 +1,0 @@
-"""Mutant: DDPBucketed never resets which grads are ready, so later steps launch buckets too early."""

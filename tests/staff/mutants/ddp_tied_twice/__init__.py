@@ -1,1 +1,0 @@
-"""Mutant: hooks registered per name (named_parameters(remove_duplicate=False)): a tied weight is reduced twice."""

@@ -1,1 +1,0 @@
-"""Mutant: dropped assignments are still dispatched and combined instead of contributing zero."""

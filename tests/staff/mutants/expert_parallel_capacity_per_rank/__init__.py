@@ -1,1 +1,0 @@
-"""Mutant: capacity applied per rank (local tokens, local queue) instead of per expert over the group."""

@@ -1,1 +1,0 @@
-"""Mutant: the combine weights are read token-major while the rows are choice-major."""

@@ -1,1 +1,0 @@
-"""Mutant: no counts exchange: every rank assumes the others route exactly as it does."""

@@ -1,1 +1,0 @@
-"""Mutant: from_dense deals experts round-robin (e on rank e % W) while routing expects blocks (e // (E/W))."""

@@ -1,1 +1,0 @@
-"""Mutant: top-k weights are the raw probabilities, not renormalised over the chosen k."""

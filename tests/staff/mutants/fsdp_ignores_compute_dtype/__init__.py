@@ -1,1 +1,0 @@
-"""Mutant: FSDP accepts compute_dtype but computes in fp32 anyway."""

@@ -1,6 +1,0 @@
-"""Mutant: HSDP shards over the replicate axis and replicates over the shard axis."""
-
-import reference_solutions
-
-# The other parts (ddp, fsdp, tensor_parallel, pipeline, ...) come from the reference, unchanged.
-__path__.append(reference_solutions.__path__[0])

@@ -1,6 +1,0 @@
-"""Mutant: HSDP broadcasts only within the shard slice: replicas start from different models."""
-
-import reference_solutions
-
-# The other parts (ddp, fsdp, tensor_parallel, pipeline, ...) come from the reference, unchanged.
-__path__.append(reference_solutions.__path__[0])

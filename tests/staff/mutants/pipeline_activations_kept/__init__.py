@@ -1,1 +1,0 @@
-"""Mutant: a stage never releases a microbatch's stashed activations after its backward."""

@@ -1,1 +1,0 @@
-"""Mutant: 1F1B's steady state runs the backward before the forward of each pair."""

@@ -1,1 +1,0 @@
-"""Mutant: microbatch losses are not divided by the number of microbatches (grads m times too big)."""

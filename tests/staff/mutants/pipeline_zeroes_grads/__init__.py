@@ -1,1 +1,0 @@
-"""Mutant: train_step zeroes the stage's grads itself, so gradient accumulation is lost."""

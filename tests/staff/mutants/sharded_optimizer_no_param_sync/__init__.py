@@ -1,1 +1,0 @@
-"""Mutant: Owners update their parameters but never send them: the other ranks keep stale copies."""

@@ -1,0 +1,1314 @@
+"""The catalogue of staff mutants: realistic student bugs, each one textual edit of the reference (staff only).
+
+A row is a ``Mutant``: its id, the module of ``reference_solutions`` it edits, the bug in one line, the
+edit (``old`` must occur exactly ``count`` times in ``reference_solutions/<module>.py``; each occurrence
+becomes ``new``) and the slice(s) of the suite that must catch it (``Check``: a suite file with a ``-k``
+expression or a ``::test[case]`` selection, the world sizes, and the text the failure must show).
+
+To add a mutant, add one row here. ``pytest tests/staff/mutants -k <id>`` then checks that the edit
+applies (in milliseconds) and that its slice of the suite kills it. Nothing is written to disk:
+``--impl tests.staff.mutants.<id>`` imports the reference with the edit applied, in every process
+(tests/staff/mutants/loader.py).
+
+Old texts are best kept to one code line (``new`` may span several): an old text that spans several
+statements, comments or a docstring breaks when the reference is reformatted or annotated. When it does,
+the fast test names the mutant and the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+
+@dataclass(frozen=True)
+class Check:
+    """``pytest <suite><select> --impl tests.staff.mutants.<id>`` must FAIL within ``within`` seconds and
+    print ``expect`` (a tuple: any one of them, for a bug whose symptom depends on timing) and, when
+    ``names`` is given, one of ``names`` (where it went wrong: "rank ", "stage"...). ``passes=True``: this
+    slice must PASS instead (the public tests miss the bug; another check shows who catches it)."""
+
+    suite: str  # a test file
+    select: str  # a -k expression, or "::test_name[case-id]" for one case of the suite file
+    expect: str | tuple[str, ...] = ""  # text the failure output must show: the part of the message that teaches
+    world_sizes: str = "2"
+    deadline: float = 10  # --deadline: seconds a rank function may take before it counts as hung
+    within: float = 120  # seconds the whole slice may take to fail
+    names: tuple[str, ...] = ()
+    passes: bool = False
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """The reference with one edit of ``reference_solutions/<module>.py``, and the checks that catch it."""
+
+    id: str  # the package name: --impl tests.staff.mutants.<id>
+    module: str  # the module of reference_solutions it edits; every other module is the reference's own
+    bug: str  # what the student got wrong, in one line
+    old: str
+    new: str
+    caught_by: Check | tuple[Check, ...]
+    count: int = 1  # how many times ``old`` occurs (all occurrences are replaced)
+    checks: tuple[Check, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        checks = self.caught_by if isinstance(self.caught_by, tuple) else (self.caught_by,)
+        object.__setattr__(self, "checks", checks)
+
+    def __str__(self) -> str:  # the pytest id
+        return self.id
+
+
+# The suite slices, with the settings their rows share (a deadline of 20 s where a loaded machine can spend
+# 10 s importing torch._dynamo in a rank; "names": what each failure must say about where it happened).
+RANK = ("rank ",)
+COLLECTIVES = partial(Check, "tests/test_collectives.py", names=RANK)
+ALGORITHMS = partial(Check, "tests/test_all_reduce_algorithms.py", names=RANK)
+ALGORITHMS_MODEL = partial(
+    Check, "tests/test_all_reduce_algorithms.py", names=("all_reduce_time(",)
+)  # pure: names the call
+ALGORITHMS_HIDDEN = partial(Check, "tests/staff/hidden/test_all_reduce_algorithms_hidden.py", names=RANK)
+DDP = partial(Check, "tests/test_ddp.py", deadline=20)
+DDP_HIDDEN = partial(Check, "tests/staff/hidden/test_ddp_hidden.py", deadline=20)
+ZERO = partial(Check, "tests/test_sharded_optimizer.py", deadline=20)
+ZERO_HIDDEN = partial(Check, "tests/staff/hidden/test_sharded_optimizer_hidden.py", deadline=20)
+FSDP = partial(Check, "tests/test_fsdp.py", deadline=20)
+FSDP_HIDDEN = partial(Check, "tests/staff/hidden/test_fsdp_hidden.py", deadline=20)
+TP = partial(Check, "tests/test_tensor_parallel.py", names=RANK, within=30)
+TP_HIDDEN = partial(Check, "tests/staff/hidden/test_tensor_parallel_hidden.py", deadline=20)
+PIPELINE = partial(Check, "tests/test_pipeline.py", names=("rank", "stage"))
+SCHEDULES = partial(Check, "tests/test_pipeline_schedules.py", names=("rank", "stage"))  # Tasks 5.4-5.6
+PIPELINE_HIDDEN = partial(Check, "tests/staff/hidden/test_pipeline_hidden.py", names=("rank", "stage"))
+ACCOUNTING = partial(Check, "tests/test_accounting.py", deadline=20)
+ACCOUNTING_HIDDEN = partial(Check, "tests/staff/hidden/test_accounting_hidden.py", deadline=20)
+MESH = partial(Check, "tests/test_mesh.py", world_sizes="4", deadline=20)
+MESH_SUBGROUPS = partial(Check, "tests/test_mesh_subgroups.py", world_sizes="4", deadline=20)
+MESH_HIDDEN = partial(Check, "tests/staff/hidden/test_mesh_hidden.py", world_sizes="4", deadline=20)
+PLANNER = partial(Check, "tests/test_accounting_mesh.py", world_sizes="4", deadline=20)
+EP = partial(Check, "tests/test_expert_parallel.py", names=RANK)
+EP_HIDDEN = partial(Check, "tests/staff/hidden/test_expert_parallel_hidden.py", deadline=20)
+CP = partial(Check, "tests/test_context_parallel.py", deadline=15, names=RANK)
+CP_HIDDEN = partial(Check, "tests/staff/hidden/test_context_parallel_hidden.py", deadline=15, names=RANK)
+CP_ACCOUNTING = partial(Check, "tests/test_accounting_context_parallel.py", deadline=15)
+
+# Recurring selections.
+SUMS = "::test_every_algorithm_sums_exactly_in_place"
+DDP_TRAIN = "::test_sgd_steps_match_one_process_on_the_whole_batch"
+DDP_OVERLAP = "::test_each_bucket_is_all_reduced_once_asynchronously_as_soon_as_it_is_full"
+DDP_LAYOUT = "::test_bucket_layout_follows_the_reverse_order_cap_rule[deep]"
+MESH_SLICES = "::test_mesh_slices_match_row_major_order_and_init_device_mesh[w4]"
+HSDP_TRAIN = "::test_hsdp_training_matches_one_process_on_the_whole_batch[w4-sgd]"
+HSDP_TRAFFIC = "::test_hsdp_gathers_within_shard_slices_and_averages_across_replicas[w4]"
+MESH_TRAIN = "::test_mesh_training_matches_one_process_on_the_whole_batch[w4-sgd]"
+EP_MATCH = "::test_moe_matches_the_dense_moe_on_the_concatenated_tokens"
+CP_FORWARD = "::test_ring_attention_forward_matches_attention_on_the_whole_sequence"
+CP_RING = "::test_forward_ring_sends_n_minus_1_hops_to_the_next_rank_overlapped_with_compute"
+
+
+MUTANTS = [
+    # -- Part 1: collectives from send/recv; recursive doubling and the choice by size (Task 1.7) ------------
+    Mutant(
+        "collectives_fold_wrong_partner",
+        "collectives",
+        "core ranks look for their extra rank at me + (N - p), not me + p (a deadlock unless N = 2**k)",
+        old="    partner = me - p if extra else me + p  #",
+        new="    partner = me - p if extra else me + (n - p)  #",
+        caught_by=ALGORITHMS(f"{SUMS}[w3-recursive_doubling]", "hung: no answer within", world_sizes="3"),
+    ),
+    Mutant(
+        "collectives_fold_left_out",
+        "collectives",
+        "recursive doubling never folds the extra ranks' tensors in (they still receive the result)",
+        old="        _exchange_and_add(group, send, ranks[partner], target, ranks[partner])",
+        new="        pass  # the extra rank's tensor never reaches the core",
+        caught_by=ALGORITHMS(
+            f"{SUMS}[w3-recursive_doubling]", "all_reduce(algorithm='recursive_doubling') of float32", world_sizes="3"
+        ),
+    ),
+    Mutant(
+        "collectives_auto_always_ring",
+        "collectives",
+        'the model is computed, but algorithm="auto" always picks the ring',
+        old='    return "recursive_doubling" if t_doubling < t_ring else "ring"',
+        new='    return "ring"',
+        caught_by=ALGORITHMS(
+            "::test_auto_runs_the_algorithm_the_model_picks_on_each_side_of_the_crossover",
+            "so auto must run 'recursive_doubling'",
+        ),
+    ),
+    Mutant(
+        "collectives_doubling_avg_every_step",
+        "collectives",
+        "recursive doubling divides by N after every exchange step instead of once at the end",
+        old=('            mask <<= 1\n        if op == "avg":\n            flat.div_(n)\n'),
+        new=('            if op == "avg":\n                flat.div_(n)\n            mask <<= 1\n'),
+        caught_by=ALGORITHMS(
+            "::test_avg_divides_by_world_size_once[w4-recursive_doubling]",
+            "all_reduce(avg, 'recursive_doubling')",
+            world_sizes="4",
+        ),
+    ),
+    Mutant(
+        "collectives_doubling_half_exchanged",
+        "collectives",
+        "recursive doubling exchanges (and adds) only the first half of the tensor at each step",
+        old="            _exchange_and_add(group, flat, ranks[me ^ mask], flat, ranks[me ^ mask])",
+        new=(
+            "            half = flat[: flat.numel() // 2]\n"
+            "            _exchange_and_add(group, half, ranks[me ^ mask], half, ranks[me ^ mask])"
+        ),
+        caught_by=ALGORITHMS(
+            "::test_each_algorithm_sends_the_steps_and_bytes_it_promises[w2-recursive_doubling]",
+            "recursive doubling at group position",
+        ),
+    ),
+    Mutant(
+        "collectives_algorithm_unchecked",
+        "collectives",
+        "an unknown algorithm is not rejected: it silently runs the ring",
+        old="    if algorithm not in ALL_REDUCE_ALGORITHMS:",
+        new="    if algorithm is None:",
+        caught_by=ALGORITHMS(
+            "::test_bad_input_raises_on_every_rank_before_communicating[w2-all_reduce-unknown-algorithm]",
+            "expected ValueError, but the call returned normally",
+        ),
+    ),
+    Mutant(
+        "accounting_doubling_ceil_log2",
+        "accounting",
+        "recursive doubling modelled as ceil(log2 N) steps: the fold in and out counted as one step",
+        old="    return (p.bit_length() - 1) + (2 if world_size != p else 0)",
+        new="    return (p.bit_length() - 1) + (1 if world_size != p else 0)",
+        caught_by=ALGORITHMS_MODEL(
+            "::test_all_reduce_time_is_the_alpha_beta_model", "steps for recursive doubling at N = 3"
+        ),
+    ),
+    Mutant(
+        "collectives_fold_one_extra_only",
+        "collectives",
+        "the fold assumes a single extra rank (N = p + 1): only rank N - 1 folds in (hidden tests catch it)",
+        old="    extra = me >= p\n",
+        new="    extra = me == n - 1 and n != p  # 'the' extra rank\n",
+        caught_by=(
+            ALGORITHMS(
+                "not alpha_beta_model and not crossover_is and not fit_alpha_beta and not bad_model",
+                world_sizes="2,3,4,8",
+                passes=True,
+            ),
+            ALGORITHMS_HIDDEN("::test_every_algorithm_at_world_sizes_with_several_extra_ranks", "rank "),
+        ),
+    ),
+    Mutant(
+        "collectives_ring_off_by_one",
+        "collectives",
+        "the ring's all-gather phase forwards the wrong chunk (off by one)",
+        old="chunks[(me - step) % n], nxt",
+        new="chunks[(me - step + 1) % n], nxt",
+        caught_by=COLLECTIVES("all_reduce_sums and int64", "collective_rank failed"),
+    ),
+    Mutant(
+        "collectives_skip_send",
+        "collectives",
+        "the last rank skips its first send of the reduce-scatter (a deadlock)",
+        old="        _exchange_and_add(group, chunks[(me - step - 1) % n], nxt,",
+        new=(
+            "        skip = step == 0 and me == n - 1  # this rank 'forgets' its first send\n"
+            "        _exchange_and_add(group, chunks[(me - step - 1) % n][:0] if skip else chunks[(me - step - 1) % n], nxt,"  # noqa: E501
+        ),
+        caught_by=COLLECTIVES("all_reduce_sums and float32", "hung: no answer within"),
+    ),
+    Mutant(
+        "collectives_builtin",
+        "collectives",
+        "all_reduce calls the built-in dist.all_reduce",
+        old="    flat = tensor.view(-1) if tensor.is_contiguous()",
+        new=(
+            "    dist.all_reduce(tensor, group=group)\n"
+            "    if op == 'avg':\n"
+            "        tensor.div_(n)\n"
+            "    return\n"
+            "    flat = tensor.view(-1) if tensor.is_contiguous()"
+        ),
+        caught_by=COLLECTIVES("all_reduce_sums and int64", "only send/recv/isend/irecv"),
+    ),
+    Mutant(
+        "collectives_avg_forgotten",
+        "collectives",
+        'all_reduce(op="avg") sums but never divides',
+        old="        chunks[me].div_(n)",
+        new="        pass",
+        caught_by=COLLECTIVES("all_reduce_avg and float32", "all_reduce(avg)"),
+    ),
+    Mutant(
+        "collectives_even_all_to_all",
+        "collectives",
+        "all_to_all assumes every piece has the size of the one it sends",
+        old="(int(size_in.item()), *rest)",
+        new="(tensors[to].shape[0], *rest)",
+        caught_by=COLLECTIVES("all_to_all_delivers and float32", "all_to_all"),
+    ),
+    Mutant(
+        "collectives_group_rank_src",
+        "collectives",
+        "broadcast treats src as a rank within the group instead of a global rank",
+        old='    root = _check_member(src, ranks, "src")',
+        new='    root = src if 0 <= src < len(ranks) else _check_member(src, ranks, "src")',
+        caught_by=COLLECTIVES("subgroup", "broadcast src=", world_sizes="4"),
+    ),
+    Mutant(
+        "collectives_no_validation",
+        "collectives",
+        "reduce_scatter does not check that dim 0 divides by the world size",
+        old="    if tensor.dim() == 0 or tensor.shape[0] % n != 0:",
+        new="    if tensor.dim() == 0:",
+        caught_by=COLLECTIVES("bad_input and reduce_scatter-dim", "expected ValueError"),
+    ),
+    Mutant(
+        "collectives_reduce_clobbers",
+        "collectives",
+        "reduce accumulates into every rank's tensor, not only dst's",
+        old="    partial = tensor.contiguous().clone() if rel != 0 else None",
+        new="    partial = None",
+        caught_by=COLLECTIVES("reduce_sums and float32 and first", "reduce to 0", world_sizes="4"),
+    ),
+    Mutant(
+        "collectives_gather_reversed",
+        "collectives",
+        "all_gather concatenates in reverse rank order",
+        old="    chunks[me].copy_(piece)",
+        new=("    chunks.reverse()\n    chunks[me].copy_(piece)"),
+        caught_by=COLLECTIVES("all_gather and int64", "all_gather"),
+    ),
+    # -- Part 2: DDP -----------------------------------------------------------------------------------------
+    Mutant(
+        "ddp_stale_ready",
+        "ddp",
+        "DDPBucketed never resets which grads are ready, so later steps launch buckets too early",
+        old="            b.ready.clear()\n",
+        new="",
+        caught_by=(
+            DDP_HIDDEN("::test_five_adamw_steps_on_three_ranks_match_one_process[bucketed-0.002MiB]", "step 1"),
+            DDP(
+                "::test_repeated_steps_work_with_either_kind_of_zero_grad[w2-bucketed-0.002MiB-zero_grad-zeros]",
+                "step 1",
+            ),
+        ),
+    ),
+    Mutant(
+        "ddp_avg_twice",
+        "ddp",
+        "DDPBucketed divides each bucket by the world size before the all-reduce and again after",
+        old="        bucket.work = dist.all_reduce(",
+        new=("        bucket.buffer.div_(self.world_size)\n        bucket.work = dist.all_reduce("),
+        caught_by=DDP(f"{DDP_TRAIN}[w2-bucketed-inf-deep]", "the average divided by 2 again: average only once"),
+    ),
+    Mutant(
+        "ddp_no_avg",
+        "ddp",
+        "all_reduce_gradients sums the gradients but never divides by the world size",
+        old="            p.grad.div_(world_size)\n",
+        new="",
+        caught_by=DDP(f"{DDP_TRAIN}[w2-naive-toy]", "this is the SUM over ranks: divide by the world size (2)"),
+    ),
+    Mutant(
+        "ddp_flat_no_copy_back",
+        "ddp",
+        "all_reduce_gradients_flat reduces the flat buffer but never copies it back into .grad",
+        old="            grad.copy_(synced)",
+        new="            pass",
+        caught_by=DDP(f"{DDP_TRAIN}[w2-flat-toy]", "(flat, toy, sgd)"),
+    ),
+    Mutant(
+        "ddp_wait_in_hook",
+        "ddp",
+        "DDPIndividualParameters waits for each all-reduce inside its hook: no overlap with backward",
+        old="        self._pending.append((dist.all_reduce(p.grad, group=self.group, async_op=True), p))",
+        new=(
+            "        work = dist.all_reduce(p.grad, group=self.group, async_op=True)\n"
+            "        work.wait()\n"
+            "        self._pending.append((work, p))"
+        ),
+        caught_by=DDP(f"{DDP_OVERLAP}[w2-deep-individual]", "waiting during backward serializes communication"),
+    ),
+    Mutant(
+        "ddp_launch_at_finish",
+        "ddp",
+        "DDPBucketed only marks grads ready during backward and launches every bucket in finish",
+        old=("        if len(bucket.ready) == len(bucket.params):\n            self._launch(bucket)"),
+        new="        pass",
+        caught_by=DDP(f"{DDP_OVERLAP}[w2-deep-bucketed-0.002MiB]", "async_op=True from a hook during backward"),
+    ),
+    Mutant(
+        "ddp_tied_twice",
+        "ddp",
+        "hooks registered per name (named_parameters(remove_duplicate=False)): a tied weight is reduced twice",
+        old=(
+            "            for p in _trainable_parameters(module):\n"
+            "                p.register_post_accumulate_grad_hook(self._launch_all_reduce)"
+        ),
+        new=(
+            "            for _, p in module.named_parameters(remove_duplicate=False):\n"
+            "                if p.requires_grad:\n"
+            "                    p.register_post_accumulate_grad_hook(self._launch_all_reduce)"
+        ),
+        caught_by=DDP(f"{DDP_OVERLAP}[w2-tied-individual]", "expected one all_reduce per gradient"),
+    ),
+    Mutant(
+        "ddp_bucket_ignores_cap",
+        "ddp",
+        "the bucket check looks at the new parameter alone, not the bucket's total: few, huge buckets",
+        old="size + nbytes > cap_bytes",
+        new="nbytes > cap_bytes",
+        caught_by=DDP(DDP_LAYOUT, "deep, bucket_size_mb=0.00030517578125: expected buckets"),
+    ),
+    Mutant(
+        "ddp_bucket_megabytes",
+        "ddp",
+        "the cap is bucket_size_mb * 10**6 bytes instead of bucket_size_mb * 2**20",
+        old="bucket_size_mb * 2**20)",
+        new="bucket_size_mb * 10**6)",
+        caught_by=DDP(DDP_LAYOUT, "expected buckets"),
+    ),
+    Mutant(
+        "ddp_last_bucket_unflushed",
+        "ddp",
+        "the bucket being filled when the loop ends is never appended (first parameters unsynced)",
+        old="    return buckets\n",
+        new="    return buckets[:-1]\n",
+        caught_by=DDP(f"{DDP_TRAIN}[w2-bucketed-0.002MiB-deep]", "0.norm.weight.grad (bucketed-0.002MiB"),
+    ),
+    Mutant(
+        "ddp_no_broadcast",
+        "ddp",
+        "the wrappers never broadcast rank 0's weights, so ranks train from different ones",
+        old="        _broadcast_from_first_rank(module, group)\n",
+        new="",
+        caught_by=DDP(
+            "::test_construction_broadcasts_rank_0_parameters_and_buffers[w2-bucketed-0MiB]", "(must be rank 0's)"
+        ),
+        count=2,
+    ),
+    Mutant(
+        "ddp_partial_bucket_dropped",
+        "ddp",
+        "finish never launches a bucket whose parameters did not all get a grad this step",
+        old="            if b.work is None and b.ready:",
+        new="            if False:",
+        caught_by=DDP(
+            "::test_a_parameter_without_grad_in_a_step_keeps_none_and_nothing_hangs[w2-bucketed-inf]", "step 1"
+        ),
+    ),
+    Mutant(
+        "ddp_no_validation",
+        "ddp",
+        "DDPBucketed accepts a negative bucket size (it silently acts like 0)",
+        old="math.isnan(bucket_size_mb) or bucket_size_mb < 0",
+        new="math.isnan(bucket_size_mb)",
+        caught_by=DDP(
+            "::test_bad_input_raises_on_every_rank_before_communicating[w2-negative-bucket-size]",
+            "expected ValueError, but the call returned normally",
+        ),
+    ),
+    # -- Part 3: ZeRO stages 1-2 (sharded optimizer) and FSDP ------------------------------------------------
+    Mutant(
+        "fsdp_keeps_gathered_weights",
+        "fsdp",
+        "FSDP keeps each layer's gathered weight after forward (as if to reuse it in backward): every full "
+        "weight stays alive, so sharding saves no memory",
+        old="        del weight  # the only reference: the gathered storage is released here",
+        new="        info.full = weight  # Bug: kept after forward instead of freed",
+        caught_by=FSDP("fsdp_holds", "Something keeps full weights"),
+    ),
+    Mutant(
+        "fsdp_autograd_gather",
+        "fsdp",
+        "FSDP gathers the weight with an autograd-aware all-gather and calls F.linear on it: autograd saves "
+        "the gathered weight for backward, so it lives from forward to backward",
+        old="return _ShardedLinearFunction.apply(x, layer.weight, layer.bias, info)",
+        new=(
+            "class Gather(torch.autograd.Function):\n"
+            "        @staticmethod\n"
+            "        def forward(ctx, shard):\n"
+            "            return info.gather(shard)\n"
+            "\n"
+            "        @staticmethod\n"
+            "        def backward(ctx, grad_weight):\n"
+            "            return info.reduce_scatter(grad_weight, layer.weight.dtype)\n"
+            "\n"
+            "    dtype = info.compute_dtype or x.dtype\n"
+            "    bias = None if layer.bias is None else layer.bias.to(dtype)\n"
+            "    return F.linear(x.to(dtype), Gather.apply(layer.weight), bias).to(x.dtype)"
+        ),
+        caught_by=FSDP("fsdp_holds", "must be freed once the layer has run"),
+    ),
+    Mutant(
+        "fsdp_grad_not_averaged",
+        "fsdp",
+        "FSDP reduce-scatters the weight grads but does not divide by the world size",
+        old="        return chunk.div_(self.world)",
+        new="        return chunk  # Bug: the sum over ranks, not the mean.",
+        caught_by=FSDP("fsdp_training and deep_mlp-fp32-sgd", "deep_mlp fp32, after step 0"),
+    ),
+    Mutant(
+        "fsdp_ignores_compute_dtype",
+        "fsdp",
+        "FSDP accepts compute_dtype but computes in fp32 anyway",
+        old="info = _Shard(weight.shape, group, compute_dtype)",
+        new="info = _Shard(weight.shape, group, None)",
+        caught_by=FSDP("fsdp_training and bf16", "matmuls ran in ['float32']"),
+    ),
+    Mutant(
+        "fsdp_gathers_everything_first",
+        "fsdp",
+        "FSDP all-gathers every layer's weight at the start of forward ('prefetch it all'), then again per "
+        "layer: the full model is materialised at once",
+        old="return self.module(*args, **kwargs)",
+        new=(
+            "full = [info.gather(p) for p in self.parameters() if (info := self._shards.get(id(p)))]\n"
+            "        return self.module(*args, **kwargs)"
+        ),
+        caught_by=FSDP("fsdp_gathers", "not all at once"),
+    ),
+    Mutant(
+        "sharded_optimizer_add_group_ignored",
+        "sharded_optimizer",
+        "add_param_group after construction records the group but never gives it to the inner optimizer: "
+        "parameters added mid-training are never updated",
+        old="if not owned:",
+        new="if not owned or (self._local is not None and self._local.state):",
+        caught_by=(ZERO_HIDDEN("stage1 and adamw", "after step 2"), ZERO("stage1_matches and sgd", "after step 2, 3.")),
+    ),
+    Mutant(
+        "sharded_optimizer_unsharded_optimizer",
+        "sharded_optimizer",
+        "Stage 1 that is not sharded: every rank builds the inner optimizer over all parameters, so every "
+        "rank keeps the whole optimizer state (the results are still right)",
+        old='owned = [p for p in group["params"] if self._owner[p] == self._rank]',
+        new='owned = list(group["params"])',
+        caught_by=ZERO("one_nth_of_the_optimizer_state and 1-adamw", "owned parameters only"),
+    ),
+    Mutant(
+        "sharded_optimizer_no_param_sync",
+        "sharded_optimizer",
+        "Owners update their parameters but never send them: the other ranks keep stale copies",
+        old="self._all_gather_params(*bucket)",
+        new="pass",
+        caught_by=ZERO("stage1_matches and adamw", "stage 1, adamw, after step 0"),
+    ),
+    Mutant(
+        "sharded_optimizer_random_assignment",
+        "sharded_optimizer",
+        "Parameters assigned to ranks at random: each rank draws its own assignment (torch is seeded "
+        "differently on each rank), so some parameters have two owners and some none",
+        old="            self._owner[p] = owner",
+        new="            self._owner[p] = int(torch.randint(self._world, ()))  # Bug: not the same on every rank.",
+        caught_by=ZERO("exactly_one_owner", "not ids, hashes or random"),
+    ),
+    Mutant(
+        "sharded_optimizer_stage2_sum_not_mean",
+        "sharded_optimizer",
+        "Stage 2 reduce-scatters the grads but forgets to divide by the world size (sum, not mean)",
+        old="chunk.div_(self._world)",
+        new="pass",
+        caught_by=ZERO("stage2_averages and sgd", "stage 2, sgd_momentum, after step 0"),
+    ),
+    Mutant(
+        "sharded_optimizer_stage2_all_reduce",
+        "sharded_optimizer",
+        "Stage 2 averages every grad with an all-reduce (as DDP does) and then drops the non-owned ones: "
+        "right values, but it moves the whole gradient to every rank",
+        old="dist.reduce_scatter_tensor(chunk, full, group=self._group)",
+        new=(
+            "dist.all_reduce(full, group=self._group)\n"
+            "            chunk.copy_(full[self._rank * slot : (self._rank + 1) * slot])"
+        ),
+        caught_by=ZERO("step_sends_each", "step all-reduced"),
+    ),
+    Mutant(
+        "sharded_optimizer_stage2_keeps_grads",
+        "sharded_optimizer",
+        "Stage 2 averages the owned grads but leaves every other grad in place: no memory saved",
+        old="p.grad = None",
+        new="pass",
+        caught_by=ZERO("keeps_only_the_owned", "frees the grads a rank does not own"),
+    ),
+    Mutant(
+        "fsdp_hidden_replicated_average_by_world",
+        "fsdp",
+        "FSDP averages the replicated parameters' grads (biases, norms) over the world, not its group",
+        old="p.grad.div_(dist.get_world_size(self._group))",
+        new="p.grad.div_(dist.get_world_size())",
+        caught_by=FSDP_HIDDEN(
+            "::test_two_fsdp_groups_each_train_like_a_plain_model_on_their_own_batches[w4-deep_mlp]",
+            "(FSDP group [0, 1]), deep_mlp, step 0",
+            world_sizes="4",
+        ),
+    ),
+    # -- Part 4: tensor parallelism --------------------------------------------------------------------------
+    Mutant(
+        "tensor_parallel_hidden_sp_bias_unguarded",
+        "tensor_parallel",
+        "the sequence-parallel MLP adds fc2's shared bias even when the MLP has no bias",
+        old="if self.fc2.bias is not None:",
+        new="if True:  # the guard forgotten",
+        caught_by=TP_HIDDEN("::test_sequence_parallel_mlp_without_biases_matches_the_dense_rows[w2]", "rank 0"),
+    ),
+    Mutant(
+        "tensor_parallel_column_split_by_input",
+        "tensor_parallel",
+        "ColumnParallelLinear.from_dense shards the weight on the input dim (the row-parallel split)",
+        old="layer.weight = _shard(dense.weight, 0, group)",
+        new="layer.weight = _shard(dense.weight, 1, group)",
+        caught_by=TP("column_parallel and sharded-output and no-bias", "cannot be multiplied"),
+    ),
+    Mutant(
+        "tensor_parallel_row_bias_every_rank",
+        "tensor_parallel",
+        "RowParallelLinear adds the bias on every rank before the all-reduce (so T times)",
+        old="y = reduce_from_tp_region(F.linear(x, self.weight), self.group)",
+        new="return reduce_from_tp_region(F.linear(x, self.weight, self.bias), self.group)",
+        caught_by=TP("row_parallel and parallel-input and not no-bias", "the bias must be added once"),
+    ),
+    Mutant(
+        "tensor_parallel_no_backward_all_reduce",
+        "tensor_parallel",
+        "f (copy_to_tp_region) is the identity in backward too: the input gradient is never summed",
+        old="return _all_reduce(grad, ctx.group), None",
+        new="return grad, None",
+        caught_by=TP("conjugate and forward_backward and copy_to", "backward: gradient of x"),
+    ),
+    Mutant(
+        "tensor_parallel_all_reduce_both_ways",
+        "tensor_parallel",
+        "g (reduce_from_tp_region) all-reduces in backward as well as in forward",
+        old=("        return grad, None\n\n\nclass _ScatterToTPRegion"),
+        new=("        return _all_reduce(grad, None), None\n\n\nclass _ScatterToTPRegion"),
+        caught_by=TP("conjugate and forward_backward and reduce_from", "backward: gradient of x"),
+    ),
+    Mutant(
+        "tensor_parallel_average_not_sum",
+        "tensor_parallel",
+        "the all-reduce averages (the DDP habit) where tensor parallelism needs a plain sum",
+        old=("    dist.all_reduce(out, group=group)\n    return out"),
+        new=("    dist.all_reduce(out, group=group)\n    return out / _world(group)"),
+        caught_by=TP("tp_mlp_matches and not no-bias", "TP MLP output"),
+    ),
+    Mutant(
+        "tensor_parallel_sp_bias_unscaled",
+        "tensor_parallel",
+        "with sequence parallelism every rank adds the whole fc2 bias before the reduce-scatter",
+        old="return bias / world",
+        new="return bias.clone()",
+        caught_by=TP("sequence_parallel_mlp_matches", "sequence-parallel output"),
+    ),
+    Mutant(
+        "tensor_parallel_row_init_shard_fan_in",
+        "tensor_parallel",
+        "RowParallelLinear draws its shard with the shard's fan-in (in/T), too wide by sqrt(T)",
+        old=("in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features)"),
+        new=("in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features // world)"),
+        caught_by=TP("fresh_layers", "initialize with the full layer's fan-in"),
+    ),
+    Mutant(
+        "tensor_parallel_scatter_wrong_dim",
+        "tensor_parallel",
+        "scatter_to_tp_region (and the gather's backward) split dim 0 instead of the last dim",
+        old="x.chunk(_world(group), dim=-1)",
+        new="x.chunk(_world(group), dim=0)",
+        caught_by=TP("conjugate and forward_backward and scatter_to", "forward output: shape"),
+    ),
+    Mutant(
+        "tensor_parallel_sp_all_reduce",
+        "tensor_parallel",
+        "the sequence-parallel reduce-scatter is an all-reduce followed by a chunk (right values, 2x traffic)",
+        old="        return _reduce_scatter_first(x, group)",
+        new="        return _all_reduce(x, group).chunk(_world(group))[_rank(group)].contiguous()",
+        caught_by=TP("swaps_each_all_reduce", "should make exactly ['all_gather', 'reduce_scatter']"),
+    ),
+    Mutant(
+        "tensor_parallel_mlp_extra_gather",
+        "tensor_parallel",
+        "the TP MLP gathers fc1's output and re-scatters it for fc2 (right values, extra collectives)",
+        old="return self.fc2(self.act(self.fc1(x)))",
+        new="return self.fc2(scatter_to_tp_region(gather_from_tp_region(self.act(self.fc1(x)), self.group), self.group))",  # noqa: E501
+        caught_by=TP("one_all_reduce_per_pass", "should make exactly ['all_reduce']"),
+    ),
+    Mutant(
+        "tensor_parallel_no_validation",
+        "tensor_parallel",
+        "ColumnParallelLinear does not check that out_features divides by the TP size",
+        old='_check_divisible(out_features, world, "out_features")',
+        new="pass",
+        caught_by=TP("bad_input and column-out_features", "expected ValueError, but the call returned"),
+    ),
+    Mutant(
+        "tensor_parallel_gather_grad_first_chunk",
+        "tensor_parallel",
+        "gather_from_tp_region's backward hands every rank the first chunk of the gradient",
+        old="        return _split_last(grad, ctx.group), None",
+        new="        return grad.chunk(_world(ctx.group), dim=-1)[0].contiguous(), None",
+        caught_by=TP("conjugate and forward_backward and gather_from", "rank 1, gather_from"),
+    ),
+    Mutant(
+        "tensor_parallel_ignores_group",
+        "tensor_parallel",
+        "the all-reduce forgets ``group`` and sums over every rank of WORLD",
+        old="dist.all_reduce(out, group=group)",
+        new="dist.all_reduce(out)",
+        caught_by=TP("stays_inside_its_group and reduce_from", "in group [0, 1], forward output", world_sizes="4"),
+    ),
+    # -- Part 5: pipeline parallelism ------------------------------------------------------------------------
+    Mutant(
+        "pipeline_split_extra_last",
+        "pipeline",
+        "split_into_stages gives the extra layers to the last stages instead of the first",
+        old="(1 if s < extra else 0)",
+        new="(1 if s >= num_stages - extra else 0)",
+        caught_by=PIPELINE("split_into_stages", "first stages take the extra"),
+    ),
+    Mutant(
+        "pipeline_warmup_off_by_one",
+        "pipeline",
+        "1F1B runs one warm-up forward too many (min(p - s, m) instead of min(p - s - 1, m))",
+        old=(
+            "    warmup = min(num_stages - stage - 1, m)\n"
+            '    actions = [Action("F", i) for i in range(warmup)]\n'
+            "    for i"
+        ),
+        new=(
+            '    warmup = min(num_stages - stage, m)\n    actions = [Action("F", i) for i in range(warmup)]\n    for i'
+        ),
+        caught_by=PIPELINE("warms_up", "warm-up forwards; got"),
+    ),
+    Mutant(
+        "pipeline_backward_first",
+        "pipeline",
+        "1F1B's steady state runs the backward before the forward of each pair",
+        old='[Action("F", warmup + i), Action("B", i)]',
+        new='[Action("B", i), Action("F", warmup + i)]',
+        caught_by=PIPELINE("one_forward_then_one_backward and 1f1b", "B0 runs before F0"),
+    ),
+    Mutant(
+        "pipeline_gpipe_as_1f1b",
+        "pipeline",
+        "train_step runs GPipe's order when asked for 1F1B (same bubble, m activations held)",
+        old='"1f1b": one_f_one_b_schedule,',
+        new='"1f1b": gpipe_schedule,',
+        caught_by=PIPELINE("peak_activations and 1f1b and m-above-p", "activations were alive at once"),
+    ),
+    Mutant(
+        "pipeline_activations_kept",
+        "pipeline",
+        "a stage never releases a microbatch's stashed activations after its backward",
+        old="else step.stash.pop((i, k))",
+        new="else step.stash[(i, k)]",
+        caught_by=PIPELINE("peak_activations and 1f1b and m-above-p", ".peak_activations is"),
+    ),
+    Mutant(
+        "pipeline_loss_not_averaged",
+        "pipeline",
+        "microbatch losses are not divided by the number of microbatches (grads m times too big)",
+        old="out = self.loss_fn(out, step.targets[i]) / step.num_microbatches",
+        new="out = self.loss_fn(out, step.targets[i])",
+        caught_by=PIPELINE("training_matches and deep and m-equal-p", "loss"),
+    ),
+    Mutant(
+        "pipeline_group_rank_as_global",
+        "pipeline",
+        "neighbours are group ranks passed to send/recv as global ranks (wrong in a subgroup)",
+        old="ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]",
+        new="(stage - 1) % num_stages, (stage + 1) % num_stages",
+        caught_by=PIPELINE("subgroups", "is not part of group", world_sizes="4"),
+    ),
+    Mutant(
+        "pipeline_grad_to_next",
+        "pipeline",
+        "input gradients are sent to the next stage instead of the previous one",
+        old="dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev",
+        new="dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_next",
+        caught_by=PIPELINE("training_matches and deep and m-equal-p and 1f1b", "train_rank", world_sizes="4"),
+    ),
+    Mutant(
+        "pipeline_zeroes_grads",
+        "pipeline",
+        "train_step zeroes the stage's grads itself, so gradient accumulation is lost",
+        old="        self.timeline, self.peak_activations = [], 0\n",
+        new=("        self.module.zero_grad()\n        self.timeline, self.peak_activations = [], 0\n"),
+        caught_by=PIPELINE("adds_to_grad and 1f1b", "two train steps per step"),
+    ),
+    Mutant(
+        "pipeline_no_validation",
+        "pipeline",
+        "no check that the batch divides into microbatches (chunk() silently makes uneven ones)",
+        old="            if tensor.shape[0] < m or tensor.shape[0] % m:",
+        new="            if False:",
+        caught_by=PIPELINE("bad_input and divisible", "batch-not-divisible-by-microbatches"),
+    ),
+    Mutant(
+        "pipeline_interleaved_chunk_per_microbatch",
+        "pipeline",
+        "interleaved forwards switch chunk every microbatch instead of every group of p microbatches",
+        old='return Action("F", (j // (p * v)) * p + j % p, (j // p) % v)',
+        new='return Action("F", (j // (p * v)) * p + j % p, j % v)',
+        caught_by=SCHEDULES("follows_megatron_order", "interleaved_1f1b_schedule(p="),
+    ),
+    Mutant(
+        "pipeline_interleaved_warmup_as_1f1b",
+        "pipeline",
+        "interleaved warm-up uses 1F1B's p - s - 1 in place of 2(p - s - 1) (one short per later stage)",
+        old="warmup = min(2 * (p - stage - 1) + (v - 1) * p, total)",
+        new="warmup = min((p - stage - 1) + (v - 1) * p, total)",
+        caught_by=SCHEDULES("follows_megatron_order", "forwards before the first backward"),
+    ),
+    Mutant(
+        "pipeline_interleaved_backward_chunks_not_reversed",
+        "pipeline",
+        "interleaved backwards run the chunks in forward order (chunk 0 first) instead of reversed",
+        old='return Action("B", (j // (p * v)) * p + j % p, v - 1 - (j // p) % v)',
+        new='return Action("B", (j // (p * v)) * p + j % p, (j // p) % v)',
+        caught_by=SCHEDULES("never_deadlocks_and_idles_exactly", "interleaved, p="),
+    ),
+    Mutant(
+        "pipeline_zb_w_before_b",
+        "pipeline",
+        "ZB-H1 runs each round's W before its B (a weight gradient before the input gradient it needs)",
+        old=(
+            '        actions.append(Action("B", i))\n'
+            "        if i >= stage:\n"
+            '            actions.append(Action("W", weights))\n'
+            "            weights += 1\n"
+        ),
+        new=(
+            "        if i >= stage:\n"
+            '            actions.append(Action("W", weights))\n'
+            "            weights += 1\n"
+            '        actions.append(Action("B", i))\n'
+        ),
+        caught_by=SCHEDULES("f_then_b_then_w", "then B, then W"),
+    ),
+    Mutant(
+        "pipeline_zb_deadlocks",
+        "pipeline",
+        "ZB-H1's steady state runs B(i) before F(w + i): the last stage waits on its own forward, every stage"
+        " above waits on it (a schedule that deadlocks)",
+        old=(
+            "        if warmup + i < m:\n"
+            '            actions.append(Action("F", warmup + i))\n'
+            '        actions.append(Action("B", i))\n'
+        ),
+        new=(
+            '        actions.append(Action("B", i))\n'
+            "        if warmup + i < m:\n"
+            '            actions.append(Action("F", warmup + i))\n'
+        ),
+        caught_by=SCHEDULES("idles_a_third", "wait on each other forever"),
+    ),
+    Mutant(
+        "pipeline_zb_w_late",
+        "pipeline",
+        "ZB-H1 delays stage s's first W by s + 1 rounds instead of s (more activations held, later Ws)",
+        old="        if i >= stage:\n",
+        new="        if i > stage:\n",
+        caught_by=SCHEDULES("idles_a_third", "zb-h1, p="),
+    ),
+    Mutant(
+        "pipeline_zb_b_accumulates_weight_grads",
+        "pipeline",
+        "ZB-H1's B runs a whole backward (weight grads included) and W adds them again: grads doubled",
+        old="(grad_x,) = torch.autograd.grad(out, x, grad_out, retain_graph=True, allow_unused=True)",
+        new="out.backward(grad_out, retain_graph=True); grad_x = x.grad",
+        caught_by=SCHEDULES("trains_like_one_process and zb-h1 and not checkpoint", ".grad"),
+    ),
+    Mutant(
+        "pipeline_checkpoint_keeps_activations",
+        "pipeline",
+        "with checkpoint=True the forward still builds and keeps its graph (recomputes, but saves nothing)",
+        old="keep_graph = not step.checkpoint",
+        new="keep_graph = True",
+        caught_by=SCHEDULES(
+            "activations_held and 1f1b-checkpoint", "checkpointing keeps only each microbatch's stage input"
+        ),
+    ),
+    Mutant(
+        "pipeline_recompute_without_rng_state",
+        "pipeline",
+        "the recomputation does not restore the forward's RNG state, so dropout draws other masks",
+        old="                _set_rng_state(saved.rng, step.device)\n",
+        new="",
+        caught_by=SCHEDULES("recomputes_with_the_forward_rng_state and 1f1b", "draws other dropout masks"),
+    ),
+    Mutant(
+        "pipeline_accounting_zb_bubble_as_1f1b",
+        "accounting",
+        "ZB-H1's bubble counted as 1F1B's, (p - 1)(F + B + W) idle, as if the Ws filled nothing",
+        old="idle = (p - 1) * (f + b - w)",
+        new="idle = (p - 1) * (f + b + w)",
+        caught_by=SCHEDULES("accounting_bubble", "simulated"),
+    ),
+    Mutant(
+        "pipeline_shape_of_first_chunk",
+        "pipeline",
+        "a rank allocates every chunk's incoming activations with the first shape it learned (right while all"
+        " chunk boundaries have the same width, wrong when they differ)",
+        old="return torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)",
+        new="return torch.empty(*next(iter(step.act_meta.values()))[:1], dtype=step.act_meta[k][1], device=step.device)",  # noqa: E501
+        caught_by=PIPELINE_HIDDEN("keep", "train_rank"),
+    ),
+    # -- Part 6: accounting ----------------------------------------------------------------------------------
+    Mutant(
+        "accounting_stage2_as_stage1",
+        "accounting",
+        "ZeRO stage 2 memory computed as stage 1 (gradients left replicated)",
+        old="replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[stage]",
+        new="replicated = {0: p + g + o, 1: p + g, 2: p + g, 3: 0}[stage]",
+        caught_by=ACCOUNTING("figure_1", "stage=2"),
+    ),
+    Mutant(
+        "accounting_bubble_ratio",
+        "accounting",
+        "Bubble as Megatron's ratio to the ideal time, (p-1)/(v*m), not a fraction of the step",
+        old='v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)',
+        new=('v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)\n    return (p - 1) / (v * m)'),
+        caught_by=ACCOUNTING("bubble_and_ring", "p4 m8: expected"),
+    ),
+    Mutant(
+        "accounting_ring_one_pass",
+        "accounting",
+        "Ring all-reduce counted as one pass, (N-1)/N*M: the all-gather half is forgotten",
+        old="return 2.0 * (world_size - 1) / world_size * num_bytes",
+        new="return (world_size - 1) / world_size * num_bytes",
+        caught_by=ACCOUNTING("bubble_and_ring", "N8: expected"),
+    ),
+    Mutant(
+        "accounting_forward_flops_only",
+        "accounting",
+        "Training FLOPs counted as 2ND (the forward pass only)",
+        old="return 6.0 * n * d",
+        new="return 2.0 * n * d",
+        caught_by=ACCOUNTING("flops_and_mfu_examples", "training_flops(175e9, 300e9)"),
+    ),
+    Mutant(
+        "accounting_sp_like_tp",
+        "accounting",
+        "Sequence parallelism assumed to save nothing beyond tensor parallelism",
+        old="return sbh / t * (34 + 5 * a * s / h)",
+        new="pass",
+        caught_by=ACCOUNTING("korthikanti", "tensor + sequence parallel, t=8"),
+    ),
+    Mutant(
+        "accounting_no_stage_check",
+        "accounting",
+        "zero_memory_per_gpu treats any stage above 3 as stage 3 instead of rejecting it",
+        old="if stage not in (0, 1, 2, 3):",
+        new=("stage = min(stage, 3)\n    if stage not in (0, 1, 2, 3):"),
+        caught_by=ACCOUNTING("bad_input and stage", "instead of raising"),
+    ),
+    Mutant(
+        "accounting_hidden_memory_truncated",
+        "accounting",
+        "training_memory_bytes truncates to an int instead of rounding to the nearest",
+        old="return int(round(num_params * per_param))",
+        new="return int(num_params * per_param)",
+        caught_by=ACCOUNTING_HIDDEN(
+            "::test_memory_with_fractional_bytes_per_parameter_rounds_to_the_nearest_byte",
+            "expected the nearest int, 46",
+        ),
+    ),
+    # -- Part 7: meshes (world size 4) -----------------------------------------------------------------------
+    Mutant(
+        "mesh_column_major",
+        "mesh",
+        "the first axis varies fastest (column-major) instead of the last",
+        old="grid = torch.arange(world).view(*shape.values())",
+        new="grid = torch.arange(world).view(*reversed(shape.values())).permute(*reversed(range(len(shape))))",
+        caught_by=MESH(MESH_SLICES, "expected [0, 2] (row-major)"),
+    ),
+    Mutant(
+        "mesh_group_only_on_members",
+        "mesh",
+        "each rank calls new_group only for the slices it belongs to (new_group is collective)",
+        old=(
+            "group = dist.new_group(ranks)  # collective: every rank creates every slice's group\n"
+            "                if me in ranks:"
+        ),
+        new=("if me in ranks:\n                    group = dist.new_group(ranks)"),
+        caught_by=MESH(MESH_SLICES, ("in new_group", "in all_reduce")),
+    ),
+    Mutant(
+        "mesh_hsdp_no_replicate_all_reduce",
+        "mesh",
+        "HSDP never averages gradients across the replicate axis",
+        old="                    p.register_post_accumulate_grad_hook(self._average_over_replicas)\n",
+        new="                    pass\n",
+        caught_by=MESH(HSDP_TRAFFIC, "without them replicas drift apart"),
+    ),
+    Mutant(
+        "mesh_hsdp_axes_swapped",
+        "mesh",
+        "HSDP shards over the replicate axis and replicates over the shard axis",
+        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis))",
+        new=(
+            "self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=self.replicate_group)\n"
+            "        self.replicate_group, self.replicas = mesh.group(shard_axis), mesh.size(shard_axis)"
+        ),
+        caught_by=MESH(HSDP_TRAFFIC, "expected the shard slice"),
+    ),
+    Mutant(
+        "mesh_hsdp_divides_by_world",
+        "mesh",
+        "HSDP divides the replicate sum by the world size instead of the replicate size",
+        old="p.grad.div_(self.replicas)",
+        new="p.grad.div_(dist.get_world_size())",
+        caught_by=MESH(HSDP_TRAIN, "step 0"),
+    ),
+    Mutant(
+        "mesh_hsdp_no_replicate_broadcast",
+        "mesh",
+        "HSDP broadcasts only within the shard slice: replicas start from different models",
+        old="                    dist.broadcast(t, src=src, group=self.replicate_group)\n",
+        new="                    pass\n",
+        caught_by=MESH(HSDP_TRAIN, "step 0"),
+    ),
+    Mutant(
+        "mesh_dp_over_tp_axis",
+        "mesh",
+        "the trainer averages gradients over the tp axis instead of dp",
+        old="ddp.all_reduce_gradients_flat(self.module, group=self.dp_group)",
+        new='ddp.all_reduce_gradients_flat(self.module, group=self.mesh.group("tp"))',
+        caught_by=MESH(MESH_TRAIN, "(dp2xtp2, sgd)"),
+    ),
+    Mutant(
+        "mesh_no_dp_all_reduce",
+        "mesh",
+        "the trainer never averages gradients over dp: replicas drift apart",
+        old="            ddp.all_reduce_gradients_flat(self.module, group=self.dp_group)\n",
+        new="            pass\n",
+        caught_by=MESH(MESH_TRAIN, "(dp2xtp2, sgd)"),
+    ),
+    Mutant(
+        "mesh_tp_on_world",
+        "mesh",
+        "tensor-parallel MLPs use the world group instead of the tp slice",
+        old="TensorParallelMLP.from_dense(child, group=tp_group)",
+        new="TensorParallelMLP.from_dense(child, group=None)",
+        caught_by=MESH(
+            "::test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts[w4]", "calls outside the tp/dp slices"
+        ),
+    ),
+    Mutant(
+        "mesh_pipeline_across_dp",
+        "mesh",
+        "pipeline stages are neighbours along the dp axis instead of pp",
+        old='loss_fn, group=mesh.group("pp"))',
+        new='loss_fn, group=mesh.group("dp"))',
+        caught_by=MESH(MESH_TRAIN, "trainer_rank failed"),
+    ),
+    Mutant(
+        "mesh_zero_on_world",
+        "mesh",
+        "ZeRO shards optimizer state over the world instead of the dp slice",
+        old="shard_gradients=zero_stage == 2, group=self.dp_group,",
+        new="shard_gradients=zero_stage == 2, group=None,",
+        caught_by=MESH("::test_mesh_training_with_zero_over_dp_matches_one_process[w4-1]", "zero 1"),
+    ),
+    Mutant(
+        "mesh_subgroup_ddp_broadcast_from_rank_0",
+        "ddp",
+        "DDP broadcasts from global rank 0 instead of the group's first rank (breaks on a mesh slice)",
+        old="src = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)[0]",
+        new="src = 0",
+        caught_by=MESH_SUBGROUPS(
+            "::test_ddp_on_a_subgroup_broadcasts_from_its_first_rank_and_averages_over_its_size[w4-bucketed]",
+            "Global rank 0 is not part of group",
+        ),
+    ),
+    Mutant(
+        "mesh_subgroup_fsdp_average_by_world",
+        "fsdp",
+        "FSDP divides reduce-scattered grads by the world size instead of the group size",
+        old="return chunk.div_(self.world)",
+        new="return chunk.div_(dist.get_world_size())",
+        caught_by=MESH_SUBGROUPS(
+            "::test_zero_on_a_subgroup_steps_like_one_process_on_the_groups_batch[w4-fsdp]",
+            "fsdp, fc1.weight after one step on [0, 2]",
+        ),
+    ),
+    Mutant(
+        "mesh_zero2_also_all_reduces",
+        "mesh",
+        "with ZeRO-2 the trainer still all-reduces the gradients before the optimizer's reduce-scatter",
+        old="        if self.zero_stage < 2:",
+        new="        if True:",
+        caught_by=MESH_HIDDEN(
+            "::test_zero2_reduce_scatters_instead_of_all_reducing_over_dp",
+            "ZeRO-2 averages with the optimizer's reduce-scatter",
+        ),
+    ),
+    Mutant(
+        "accounting_planner_tp_across_nodes",
+        "accounting",
+        "the planner lets TP grow past a node (up to every GPU) before pipelining",
+        old="tps = [t for t in (2**i for i in range(per_node.bit_length())) if t <= per_node and heads % t == 0]",
+        new="tps = [t for t in (2**i for i in range(gpus.bit_length())) if t <= gpus and heads % t == 0]",
+        caught_by=PLANNER("::test_planner_keeps_tp_inside_a_node_and_grows_pp_across_nodes", "TP crosses nodes"),
+    ),
+    Mutant(
+        "accounting_planner_activations_of_one_microbatch",
+        "accounting",
+        "the first pipeline stage holds one microbatch's activations, not min(pp, m) (GPipe/1F1B forgotten)",
+        old="return states + per_layer * math.ceil(layers / pp) * min(pp, m)",
+        new="return states + per_layer * math.ceil(layers / pp)",
+        caught_by=PLANNER("::test_parallel_memory_of_llama3_405b_matches_the_hand_computation", "activations"),
+    ),
+    # -- Part 8: expert parallelism --------------------------------------------------------------------------
+    Mutant(
+        "expert_parallel_weights_not_renormalised",
+        "expert_parallel",
+        "top-k weights are the raw probabilities, not renormalised over the chosen k",
+        old=("        if k > 1:\n            weights = weights / weights.sum(dim=-1, keepdim=True)\n"),
+        new="",
+        caught_by=EP(f"{EP_MATCH}[w2-top2]", "output (rows of rank 0)"),
+    ),
+    Mutant(
+        "expert_parallel_counts_not_exchanged",
+        "expert_parallel",
+        "no counts exchange: every rank assumes the others route exactly as it does",
+        old="all_counts = self._gather_counts(counts)",
+        new="all_counts = counts[None].expand(world, -1)",
+        caught_by=EP(f"{EP_MATCH}[w2-top1]", "rank 0 of 2, top1"),
+    ),
+    Mutant(
+        "expert_parallel_combine_wrong_order",
+        "expert_parallel",
+        "the combine weights are read token-major while the rows are choice-major",
+        old="w = weights.t().reshape(-1)[sent]",
+        new="w = weights.reshape(-1)[sent]",
+        caught_by=EP(f"{EP_MATCH}[w2-top2]", "output (rows of rank 0)"),
+    ),
+    Mutant(
+        "expert_parallel_backward_not_reversed",
+        "expert_parallel",
+        "the all-to-all backward reuses the forward splits instead of swapping them",
+        old="return _exchange(grad, input_splits, output_splits, ctx.group)",
+        new="return _exchange(grad, output_splits, input_splits, ctx.group)",
+        caught_by=EP("::test_all_to_all_tokens_delivers_rows_and_sends_gradients_back[w2-uneven]", "all_to_all_rank"),
+    ),
+    Mutant(
+        "expert_parallel_capacity_per_rank",
+        "expert_parallel",
+        "capacity applied per rank (local tokens, local queue) instead of per expert over the group",
+        old=(
+            "        capacity = expert_capacity(int(all_counts.sum()) // k, E, k, self.capacity_factor)\n"
+            "        per_choice = c.sum(dim=0)  # (E, k)\n"
+            "        ahead = (torch.cumsum(per_choice, 1) - per_choice)[None] + (torch.cumsum(c, 0) - c)  # queued before\n"  # noqa: E501
+        ),
+        new=(
+            "        capacity = expert_capacity(int(all_counts.sum()) // k // world, E, k, self.capacity_factor)\n"
+            "        ahead = torch.cumsum(c, 2) - c  # this rank's own queue only\n"
+        ),
+        caught_by=EP(f"{EP_MATCH}[w2-top1-capacity1.0]", "output (rows of rank"),
+    ),
+    Mutant(
+        "expert_parallel_aux_wrong_axis",
+        "expert_parallel",
+        "the load-balancing fraction f sums the counts over experts instead of over choices",
+        old="fraction = counts.view(E, k).sum(dim=1)",
+        new="fraction = counts.view(E, k).sum(dim=0)",
+        caught_by=EP(f"{EP_MATCH}[w2-top1]", "aux_loss (of this rank's tokens)"),
+    ),
+    Mutant(
+        "expert_parallel_expert_on_wrong_rank",
+        "expert_parallel",
+        "from_dense deals experts round-robin (e on rank e % W) while routing expects blocks (e // (E/W))",
+        old="moe.experts[layer.first_expert + i]",
+        new="moe.experts[_rank(group) + i * _world(group)]",
+        caught_by=EP(f"{EP_MATCH}[w2-top1]", "(must be expert 1)"),
+    ),
+    Mutant(
+        "expert_parallel_capacity_ignored",
+        "expert_parallel",
+        "dropped assignments are still dispatched and combined instead of contributing zero",
+        old="kept = self._kept_counts(all_counts)",
+        new="kept = all_counts",
+        caught_by=EP(f"{EP_MATCH}[w2-top1-capacity1.0]", "output (rows of rank 1)"),
+    ),
+    Mutant(
+        "expert_parallel_no_validation",
+        "expert_parallel",
+        "num_experts not divisible by the EP size is accepted (experts silently lost)",
+        old=("        if num_experts % world != 0:\n            raise ValueError("),
+        new=("        if False:\n            raise ValueError("),
+        caught_by=EP(
+            "::test_bad_input_raises_on_every_rank_before_communicating[w2-num_experts-not-divisible]",
+            "expected ValueError, but the call returned normally",
+        ),
+    ),
+    Mutant(
+        "expert_parallel_router_not_summed",
+        "expert_parallel",
+        "the router gradient is not summed over the EP group (only this rank's tokens count)",
+        old="        dist.all_reduce(moe.router.weight.grad, group=moe.group)\n",
+        new="        pass\n",
+        caught_by=EP("::test_adamw_steps_match_the_dense_moe[w2]", "router grad after the sync"),
+    ),
+    Mutant(
+        "expert_parallel_experts_overcounted",
+        "expert_parallel",
+        "expert gradients divided by the DP size only, though every EP rank's loss fed them",
+        old="        p.grad.div_(ep * dp)",
+        new="        p.grad.div_(ep * dp if p is moe.router.weight else dp)",
+        caught_by=EP("::test_adamw_steps_match_the_dense_moe[w2]", ".grad (expert 0) after the sync"),
+    ),
+    Mutant(
+        "expert_parallel_hidden_capacity_from_local_tokens",
+        "expert_parallel",
+        "the capacity counts this rank's tokens times the group size, as if every rank had as many tokens",
+        old="expert_capacity(int(all_counts.sum()) // k, E, k, self.capacity_factor)",
+        new="expert_capacity(int(all_counts[0].sum()) // k * world, E, k, self.capacity_factor)",
+        caught_by=EP_HIDDEN(
+            "::test_ranks_with_different_token_counts_share_one_capacity_over_the_group[w2-top1-capacity1.0]",
+            "rank 0 of 2 (3 tokens), top1-capacity1.0: output",
+        ),
+    ),
+    # -- Part 9: context parallelism (ring attention) --------------------------------------------------------
+    Mutant(
+        "context_parallel_merge_not_rescaled",
+        "context_parallel",
+        "the online-softmax merge adds a block's output without rescaling what was accumulated",
+        old="old_out.mul_(torch.exp(old_lse - new_lse)[..., None]).add_(",
+        new="old_out.add_(",
+        caught_by=CP(f"{CP_FORWARD}[w2-contiguous-full]", "contiguous full attention, float64"),
+    ),
+    Mutant(
+        "context_parallel_merge_overflows",
+        "context_parallel",
+        "the merge leaves log space (log(e^a + e^b)): correct for small scores, inf/nan for large ones",
+        old="new_lse = torch.logaddexp(old_lse, blk_lse)",
+        new="new_lse = torch.log(torch.exp(old_lse) + torch.exp(blk_lse))",
+        caught_by=CP(
+            "::test_ring_attention_forward_is_stable_at_large_logits[w2-float64]",
+            "with scores up to ~3000 (float64): out",
+        ),
+    ),
+    Mutant(
+        "context_parallel_causal_local_offset",
+        "context_parallel",
+        "the causal mask of every key/value block uses this rank's own positions (no global offset)",
+        old="_visible(q_pos, _positions(owner, n, s, zigzag), causal)",
+        new="_visible(q_pos, _positions(me, n, s, zigzag), causal)",
+        caught_by=CP(f"{CP_FORWARD}[w2-contiguous-causal]", "contiguous causal attention"),
+        count=2,
+    ),
+    Mutant(
+        "context_parallel_zigzag_chunks_swapped",
+        "context_parallel",
+        "zigzag shards hold chunk 2N-1-r before chunk r (the positions the ring assumes no longer match)",
+        old="mine = [chunks[me], chunks[2 * n - 1 - me]] if zigzag",
+        new="mine = [chunks[2 * n - 1 - me], chunks[me]] if zigzag",
+        caught_by=CP(
+            "::test_shard_sequence_gives_each_rank_its_blocks_and_unshard_restores_the_sequence[w2-dim-2-zigzag]",
+            "should be chunks 0 and 3 of 4",
+        ),
+    ),
+    Mutant(
+        "context_parallel_dkv_not_returned",
+        "context_parallel",
+        "backward returns the key/value gradient it accumulated last (another rank's block), never sending it"
+        " on to its owner",
+        old="works, dk, dv = grad_hop",
+        new="works, _, _ = grad_hop",
+        caught_by=CP(
+            "::test_ring_attention_gradients_match_attention_on_the_whole_sequence[w2-contiguous-full]",
+            "dk (the gradient of this rank's own key/value block)",
+        ),
+    ),
+    Mutant(
+        "context_parallel_hop_missing",
+        "context_parallel",
+        "the forward ring stops one hop short (the last block never arrives; the one held is used twice)",
+        old="more = step < n - 1",
+        new="more = step < n - 2",
+        caught_by=CP(f"{CP_RING}[w2-contiguous-full]", "expected 1 hop(s) of"),
+    ),
+    Mutant(
+        "context_parallel_not_overlapped",
+        "context_parallel",
+        "the forward posts the next hop only after computing with the current block (no overlap)",
+        old=(
+            "        if more:  # the next block travels while this one is computed\n"
+            "            k_next, v_next = torch.empty_like(k_cur), torch.empty_like(v_cur)\n"
+            "            hop = _post_hop(group, nxt, prv, [k_cur, v_cur], [k_next, v_next])\n"
+            "        seen = _visible(q_pos, _positions(owner, n, s, zigzag), causal)\n"
+            "        if seen is not None:\n"
+            "            row0, col1, hidden = seen\n"
+            "            scores = _scores(qf, k_cur.to(acc), row0, col1, hidden, scale)  # (b, h, sq', sk')\n"
+            "            blk_lse = torch.logsumexp(scores, dim=-1)  # (b, h, sq'): finite, every row sees a key\n"
+            "            blk_out = torch.exp(scores - blk_lse[..., None]) @ v_cur[..., :col1, :].to(acc)  # (b, h, sq', dv)\n"  # noqa: E501
+            "            _merge(out, lse, row0, blk_out, blk_lse)\n"
+        ),
+        new=(
+            "        seen = _visible(q_pos, _positions(owner, n, s, zigzag), causal)\n"
+            "        if seen is not None:\n"
+            "            row0, col1, hidden = seen\n"
+            "            scores = _scores(qf, k_cur.to(acc), row0, col1, hidden, scale)  # (b, h, sq', sk')\n"
+            "            blk_lse = torch.logsumexp(scores, dim=-1)  # (b, h, sq'): finite, every row sees a key\n"
+            "            blk_out = torch.exp(scores - blk_lse[..., None]) @ v_cur[..., :col1, :].to(acc)  # (b, h, sq', dv)\n"  # noqa: E501
+            "            _merge(out, lse, row0, blk_out, blk_lse)\n"
+            "        if more:  # the next block travels while this one is computed\n"
+            "            k_next, v_next = torch.empty_like(k_cur), torch.empty_like(v_cur)\n"
+            "            hop = _post_hop(group, nxt, prv, [k_cur, v_cur], [k_next, v_next])\n"
+        ),
+        caught_by=CP(f"{CP_RING}[w2-contiguous-full]", "were posted before a block's compute"),
+    ),
+    Mutant(
+        "context_parallel_hidden_half_computed",
+        "context_parallel",
+        "causal blocks keep every key column (masked) instead of skipping the hidden half of a zigzag block: "
+        "results are right, but ranks with more earlier blocks do more work (unbalanced)",
+        old="col1 = int(torch.searchsorted(k_pos, q_pos[-1], right=True))",
+        new="col1 = len(k_pos)",
+        caught_by=CP(
+            "::test_zigzag_balances_causal_work_and_masked_blocks_are_skipped[w2]", "must skip what the mask hides"
+        ),
+    ),
+    Mutant(
+        "context_parallel_no_validation",
+        "context_parallel",
+        "ring_attention_forward does not check its arguments",
+        old=(
+            "    _check_attention_inputs(q, k, v, causal, zigzag)\n"
+            "    ranks, me = _group_view(group)\n"
+            "    n = len(ranks)\n"
+            "    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]\n"
+            "    acc = torch.promote_types(q.dtype, torch.float32)  # float32 even"
+        ),
+        new=(
+            "    ranks, me = _group_view(group)\n"
+            "    n = len(ranks)\n"
+            "    nxt, prv = ranks[(me + 1) % n], ranks[(me - 1) % n]\n"
+            "    acc = torch.promote_types(q.dtype, torch.float32)  # float32 even"
+        ),
+        caught_by=CP(
+            "::test_bad_input_raises_on_every_rank_before_communicating[w2-forward-causal-not-bool]",
+            "expected TypeError, but the call returned normally",
+        ),
+    ),
+    Mutant(
+        "accounting_ring_attention_forward_only",
+        "accounting",
+        "ring attention's bytes count the forward hops only (backward's key/value and gradient hops forgotten)",
+        old="return 2 * block * ((2 * c - 2) * e + c * ge)",
+        new="return 2 * block * (c - 1) * e",
+        caught_by=CP_ACCOUNTING("::test_context_parallel_accounting_gives_the_handouts_examples", "ring bytes, s=32k"),
+    ),
+    Mutant(
+        "context_parallel_world_ring",
+        "context_parallel",
+        "the ring runs over the whole world instead of ``group`` (only a sub-group test sees it)",
+        old="ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)",
+        new="ranks = list(range(dist.get_world_size()))",
+        caught_by=CP_HIDDEN("::test_two_rings_on_sub_groups_keep_to_their_group", "is not part of group"),
+    ),
+]
+
+BY_ID = {m.id: m for m in MUTANTS}

@@ -1,1 +1,0 @@
-"""Mutant tp_average_not_sum: see tensor_parallel.py."""

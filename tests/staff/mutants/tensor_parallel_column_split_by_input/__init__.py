@@ -1,1 +1,0 @@
-"""Mutant tp_column_split_by_input: see tensor_parallel.py."""

@@ -1,1 +1,0 @@
-"""Mutant tp_gather_grad_first_chunk: see tensor_parallel.py."""

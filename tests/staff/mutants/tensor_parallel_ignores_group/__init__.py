@@ -1,1 +1,0 @@
-"""Mutant tp_ignores_group: see tensor_parallel.py."""

@@ -1,1 +1,0 @@
-"""Mutant tp_mlp_extra_gather: see tensor_parallel.py."""

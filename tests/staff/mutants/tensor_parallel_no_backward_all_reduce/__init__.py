@@ -1,1 +1,0 @@
-"""Mutant tp_no_backward_all_reduce: see tensor_parallel.py."""

@@ -1,1 +1,0 @@
-"""Mutant tp_no_validation: see tensor_parallel.py."""

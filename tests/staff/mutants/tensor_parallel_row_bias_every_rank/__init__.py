@@ -1,1 +1,0 @@
-"""Mutant tp_row_bias_every_rank: see tensor_parallel.py."""

@@ -1,1 +1,0 @@
-"""Mutant tp_scatter_wrong_dim: see tensor_parallel.py."""

@@ -1,1 +1,0 @@
-"""Mutant tp_sp_bias_unscaled: see tensor_parallel.py."""
