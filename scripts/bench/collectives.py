@@ -1,8 +1,8 @@
 """Our all-reduce algorithms vs torch's ``dist.all_reduce``, in the same run; the alpha-beta model fitted.
 
-    python scripts/bench_collectives.py                         # gloo on CPU, world 2 and 4
-    python scripts/bench_collectives.py --impl student          # your implementation
-    torchrun --standalone --nproc_per_node=8 scripts/bench_collectives.py --backend nccl
+    python -m scripts.bench.collectives                         # gloo on CPU, world 2 and 4
+    python -m scripts.bench.collectives --impl student          # your implementation
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.collectives --backend nccl
 
 For each message size M (float32) it times ``all_reduce(x, algorithm=a)`` for the ring, recursive
 doubling and "auto", and the built-in, interleaved (round after round of one call each, the ops taking
@@ -24,29 +24,25 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, under_torchrun, write_csv
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    timed,
+    under_torchrun,
+    write_csv,
+)
 
 DEFAULT_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ALGORITHMS = ["ring", "recursive_doubling", "auto"]
 BUILTIN = "built-in"
-
-
-def _time_once(op, x: torch.Tensor, device: torch.device) -> float:
-    """Seconds for one call, started together (a barrier) and ended by the slowest rank (a max all-reduce)."""
-    dist.barrier()
-    start = time.perf_counter()
-    op(x)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # every rank agrees on the slowest rank's time
-    return elapsed.item()
 
 
 def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], samples: int):
@@ -66,7 +62,7 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, size
         times = {name: [] for name in names}
         for i in range(max(samples, min(4 * samples, (64 << 20) // size))):
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                times[name].append(_time_once(ops[name], x, device))
+                times[name].append(timed(lambda op=ops[name], x=x: op(x), device))
         chosen = C.choose_all_reduce_algorithm(size, world_size, alpha=alpha, beta=beta)
         rows.append((size, {name: statistics.median(t) for name, t in times.items()}, chosen))
         rounds[size] = times
@@ -145,8 +141,10 @@ def main() -> None:
                                                     "rounds"], csv_rows)  # fmt: skip
     worst = min((row[-3], row[0], row[1], row[-2]) for row in table)  # the auto / built-in column
     print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]}; 90% interval {worst[3]})")
-    print("(intervals: bootstrap over the rounds of this run; they do not cover a slower or faster spell of the "
-          "machine in another run)")
+    print(
+        "(intervals: bootstrap over the rounds of this run; they do not cover a slower or faster spell of the "
+        "machine in another run)"
+    )
     _report_fits(acc, results, fits)
     print(f"\nplot: {_plot(acc, results, fits, args.out / 'bench_collectives.png', backend)}")
 

@@ -1,13 +1,20 @@
-"""Shared plumbing for the benchmarks in scripts/: launching ranks, tables, plots, implementations.
+"""What every benchmark in scripts/bench/ shares: launching ranks, timing a step, tables, plots, implementations.
 
 A benchmark is a module-level ``fn(rank, world_size, device, **kwargs) -> result`` run on every rank:
 
     results = launch(world_size, fn, backend="gloo", size=1 << 20)   # list, one result per rank
+    seconds = timed(lambda: step(), device)          # inside fn: one step, the slowest rank's time
+    seconds = median_time(step, device, iters=5, warmup=1)
 
 ``launch`` works two ways: under ``torchrun`` (one call per process, the process group already
 set up from the environment; returns ``[this rank's result]`` on every rank and ``main_rank()``
 says who prints) or standalone (it spawns ``world_size`` processes itself, rendezvous through a
 temporary file, and returns every rank's result in the parent).
+
+Every step time is taken by ``timed``, one rule for the whole kit: the ranks start together (a
+barrier), run the step, wait for the device (``torch.cuda.synchronize`` when the work is on CUDA:
+kernels are asynchronous), and the step's time is the slowest rank's (a MAX all-reduce, so every
+rank agrees on it). A step ends when its slowest rank does.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import importlib
 import importlib.util
 import os
 import queue as queue_module
+import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -33,10 +42,14 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT_DIR = ROOT / "out"
 
 
+def default_impl() -> str:
+    """The staff checkout runs the reference by default; a student release has only the student package."""
+    return "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+
+
 def add_common_args(parser) -> None:
     """--impl, --backend and --out, with the same meaning in every benchmark."""
-    # The staff checkout benchmarks the reference by default; a student release has only the student package.
-    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+    default = default_impl()
     parser.add_argument("--impl", default=default, help=f"student, reference, or a package name (default {default})")
     parser.add_argument(
         "--backend",
@@ -58,6 +71,38 @@ def under_torchrun() -> bool:
 
 def main_rank() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device, group=None, *, together: bool = True) -> float:
+    """Seconds for one ``fn()``: barrier, run, synchronise the device, then the slowest rank's time.
+
+    Every rank of ``group`` (default: all) must call it together; every rank gets the same number.
+    Outside a process group, or with ``together=False`` (work this process does alone, e.g. a
+    one-device baseline run on the main rank only), it is this process's own time."""
+    distributed = together and dist.is_initialized()
+    _synchronize(device)  # work queued before the step is not the step's
+    if distributed:
+        dist.barrier(group=group)  # start together: a late starter's wait is not the step's time
+    start = time.perf_counter()
+    fn()
+    _synchronize(device)
+    elapsed = time.perf_counter() - start
+    if not distributed:
+        return elapsed
+    slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # a step ends when its slowest rank does
+    return slowest.item()
+
+
+def median_time(fn: Callable[[], object], device, iters: int, warmup: int = 0, group=None, *, together=True) -> float:
+    """The median of ``iters`` ``timed(fn)`` after ``warmup`` untimed (but identically run) calls."""
+    times = [timed(fn, device, group, together=together) for _ in range(warmup + iters)]
+    return statistics.median(times[warmup:])
 
 
 def _device(backend: str, rank: int) -> torch.device:

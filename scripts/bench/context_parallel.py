@@ -1,9 +1,9 @@
 """Ring attention (context parallelism) vs one process running SDPA on the whole sequence, in the same run.
 
-    python scripts/bench_context_parallel.py                                  # gloo on CPU, N = 1, 2, 4 (~1-2 min)
-    python scripts/bench_context_parallel.py --impl student --world-sizes 2   # your implementation
-    python scripts/bench_context_parallel.py --seqs 1024,2048,4096 --heads 8  # longer sequences
-    torchrun --standalone --nproc_per_node=8 scripts/bench_context_parallel.py --backend nccl --world-sizes 8
+    python -m scripts.bench.context_parallel                                  # gloo on CPU, N = 1, 2, 4 (~1-2 min)
+    python -m scripts.bench.context_parallel --impl student --world-sizes 2   # your implementation
+    python -m scripts.bench.context_parallel --seqs 1024,2048,4096 --heads 8  # longer sequences
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.context_parallel --backend nccl --world-sizes 8
 
 For every world size N, sequence length s and mask (full; causal with the contiguous and the zigzag
 layout) each rank shards the same q, k, v (batch, heads, s, d) with ``shard_sequence`` and times one
@@ -19,8 +19,6 @@ process (all its threads). Writes out/bench_context_parallel.{csv,png}.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -33,6 +31,7 @@ from scripts.bench.common import (
     launch,
     load_impl,
     main_rank,
+    median_time,
     save_plot,
     under_torchrun,
     write_csv,
@@ -70,23 +69,12 @@ def _one_config(world_size, device, impl, batch, heads, head_dim, iters, warmup,
         out.backward(dout)
         q.grad = k.grad = v.grad = None
 
-    times = []
-    for i in range(warmup + iters):
-        if world_size > 1:
-            dist.barrier()  # start together: the step time is then the ring's, not a late start's
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
+    seconds = median_time(step, device, iters, warmup)  # the slowest rank's: a ring is as fast as its slowest
     with CommRecorder() as rec, MatmulLog() as log:
         step()
     fwd = [e for e in rec.events if not e.in_backward]
     mine = {
-        "seconds": statistics.median(times),
+        "seconds": seconds,
         "sent_fwd": bytes_sent(fwd),
         "sent_bwd": bytes_sent(rec.events) - bytes_sent(fwd),
         "flops_fwd": sum(f for _, f, backward in log.events if not backward),
@@ -100,16 +88,12 @@ def _one_config(world_size, device, impl, batch, heads, head_dim, iters, warmup,
 def sdpa_seconds(batch, heads, seq, head_dim, causal, iters, warmup, device) -> float:
     q, k, v, dout = _inputs(batch, heads, seq, head_dim, device)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    times = []
-    for i in range(warmup + iters):
-        start = time.perf_counter()
+
+    def step():
         F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dout)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         q.grad = k.grad = v.grad = None
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    return median_time(step, device, iters, warmup, together=False)  # the main rank alone (under torchrun too)
 
 
 def main() -> None:

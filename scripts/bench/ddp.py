@@ -1,9 +1,9 @@
 """Step time of every DDP variant against torch's DistributedDataParallel, in the same run.
 
-    python scripts/bench_ddp.py                                  # gloo on CPU, 2 ranks (a minute or two)
-    python scripts/bench_ddp.py --impl student                   # your implementation
-    python scripts/bench_ddp.py --layers 8 --d-model 1024 --caps 1,5,25,100,400   # a bigger model
-    torchrun --standalone --nproc_per_node=2 scripts/bench_ddp.py --backend nccl
+    python -m scripts.bench.ddp                                  # gloo on CPU, 2 ranks (a minute or two)
+    python -m scripts.bench.ddp --impl student                   # your implementation
+    python -m scripts.bench.ddp --layers 8 --d-model 1024 --caps 1,5,25,100,400   # a bigger model
+    torchrun --standalone --nproc_per_node=2 -m scripts.bench.ddp --backend nccl
 
 Every rank trains its own copy of a DeepMLP (float32, SGD, MSE loss) on its own batch; one step is
 zero_grad, forward, backward, gradient sync, optimizer step. Variants: no communication at all
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -27,8 +26,17 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from cs336_systems.models import DeepMLP
-from cs336_systems.utils import random_batch, seed_everything, synchronize
-from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
+from cs336_systems.utils import random_batch, seed_everything
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    save_plot,
+    timed,
+    write_csv,
+)
 
 TORCH_DEFAULT_CAP_MB = 25.0
 
@@ -86,13 +94,7 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, args
     for _ in tqdm(range(args.rounds), disable=rank != 0, desc="rounds", leave=False):
         for label, (net, opt, sync) in runs.items():
             for _ in range(args.steps):
-                dist.barrier()
-                start = time.perf_counter()
-                _step(net, opt, sync, x, y)
-                synchronize(device)
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # a step ends when its slowest rank does
-                times[label].append(elapsed.item())
+                times[label].append(timed(lambda net=net, opt=opt, sync=sync: _step(net, opt, sync, x, y), device))
     n_params = sum(p.numel() for p in DeepMLP(args.layers, args.d_model, args.d_ff).parameters())
     return {"medians": {k: statistics.median(v) for k, v in times.items()}, "n_params": n_params}
 

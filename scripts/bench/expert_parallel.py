@@ -1,9 +1,9 @@
 """Our expert-parallel MoE layer vs the dense MoE in one process vs its bare exchange, at several skews.
 
-    python scripts/bench_expert_parallel.py                                 # gloo on CPU, EP 2 and 4 (~1 min)
-    python scripts/bench_expert_parallel.py --impl student --world-sizes 2  # your implementation
-    python scripts/bench_expert_parallel.py --tokens 4096 --d-model 512 --skews 0,0.1,0.5
-    torchrun --standalone --nproc_per_node=8 scripts/bench_expert_parallel.py --backend nccl
+    python -m scripts.bench.expert_parallel                                 # gloo on CPU, EP 2 and 4 (~1 min)
+    python -m scripts.bench.expert_parallel --impl student --world-sizes 2  # your implementation
+    python -m scripts.bench.expert_parallel --tokens 4096 --d-model 512 --skews 0,0.1,0.5
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.expert_parallel --backend nccl
 
 For every EP size W and router skew s, each rank holds ``--tokens`` tokens (x ~ N(0.5, 1), so a router
 row pushed along the all-ones direction attracts them) and a ``models.MoE`` whose router row 0 gets
@@ -27,14 +27,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
 from cs336_systems.models import MoE
-from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    median_time,
+    save_plot,
+    write_csv,
+)
 from tests.harness.recorder import CommRecorder, calls
 
 MB = 1e6
@@ -46,21 +54,6 @@ def _moe(d_model: int, d_ff: int, experts: int, top_k: int, skew: float, device)
     with torch.no_grad():
         moe.router.weight[0] += skew / d_model**0.5
     return moe
-
-
-def _timed(fn, iters: int, device) -> float:
-    """Median over ``iters`` of the slowest rank's time for ``fn()`` (a MAX all-reduce after each)."""
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        times.append(elapsed.item())
-    return statistics.median(times)
 
 
 def _splits(moe: MoE, x_all: torch.Tensor, rank: int, world: int) -> tuple[list[int], list[int]]:
@@ -112,8 +105,8 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, toke
         load = torch.bincount(chosen.reshape(-1), minlength=experts).float()
         row = {
             "W": world_size, "skew": skew, "load": (load.max() / load.mean()).item(),
-            "ep_ms": 1e3 * _timed(ep_step, iters, device), "a2a_ms": 1e3 * _timed(exchange, iters, device),
-            "dense_ms": 1e3 * _timed(dense_step, max(1, iters // 2), device),
+            "ep_ms": 1e3 * median_time(ep_step, device, iters), "a2a_ms": 1e3 * median_time(exchange, device, iters),
+            "dense_ms": 1e3 * median_time(dense_step, device, max(1, iters // 2)),
             "mb_mean": statistics.mean(g.item() for g in gathered) / MB,
             "mb_max": max(g.item() for g in gathered) / MB, "formula_mb": 4 * tokens * top_k * d_model * 4 / MB,
         }  # fmt: skip

@@ -1,9 +1,9 @@
 """FSDP (ZeRO stage 3) benchmark: bytes each rank holds and step time, next to torch's fully_shard (FSDP2).
 
-    python scripts/bench_fsdp.py                          # gloo on CPU, world sizes 1, 2, 4 (about a minute)
-    python scripts/bench_fsdp.py --impl student --world-sizes 2         # your implementation
-    python scripts/bench_fsdp.py --layers 8 --d-model 1024 --steps 10   # a bigger model
-    torchrun --standalone --nproc_per_node=4 scripts/bench_fsdp.py --backend nccl   # one world size, GPUs
+    python -m scripts.bench.fsdp                          # gloo on CPU, world sizes 1, 2, 4 (about a minute)
+    python -m scripts.bench.fsdp --impl student --world-sizes 2         # your implementation
+    python -m scripts.bench.fsdp --layers 8 --d-model 1024 --steps 10   # a bigger model
+    torchrun --standalone --nproc_per_node=4 -m scripts.bench.fsdp --backend nccl   # one world size, GPUs
 
 For every world size, each rank trains DeepMLP with AdamW (fp32) under each method and measures, after a
 step (before zero_grad), the bytes of parameter, gradient and optimizer-state storage it holds:
@@ -15,7 +15,7 @@ step (before zero_grad), the bytes of parameter, gradient and optimizer-state st
 The table compares bytes with the accounting formula (zero_memory_per_gpu with 4 + 4 + 8 bytes per
 parameter: fp32 weights, grads, Adam's m and v) and step time with fully_shard measured in the same
 run; the plot shows bytes per rank against world size with the formula's lines. Writes
-out/bench_fsdp.{csv,png}. Stages 1 and 2 are scripts/bench_sharded_optimizer.py.
+out/bench_fsdp.{csv,png}. Stages 1 and 2 are -m scripts.bench.sharded_optimizer.
 """
 
 from __future__ import annotations

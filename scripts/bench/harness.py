@@ -1,7 +1,7 @@
 """Per-test overhead of the test harness vs spawning the ranks afresh for every test.
 
-    python scripts/bench_harness.py                      # 50 trivial world-2 "tests" (5 with mp.spawn)
-    python scripts/bench_harness.py --tests 20 --world-size 4 --spawn-tests 0
+    python -m scripts.bench.harness                      # 50 trivial world-2 "tests" (5 with mp.spawn)
+    python -m scripts.bench.harness --tests 20 --world-size 4 --spawn-tests 0
 
 A trivial test = every rank all-reduces one element and returns it.
 "harness": tests/harness pools (started once), the default group kept while tests pass.

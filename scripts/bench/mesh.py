@@ -1,9 +1,9 @@
 """DP, TP and PP composed on 8 ranks: step time and bytes per axis against the formulas (handouts/07-mesh.md).
 
-    python scripts/bench_mesh.py                                  # gloo on CPU, 8 processes (~1-2 min)
-    python scripts/bench_mesh.py --impl student --steps 3         # your mesh.py
-    python scripts/bench_mesh.py --layers 8 --d-model 512 --batch 128
-    torchrun --standalone --nproc_per_node=8 scripts/bench_mesh.py --backend nccl
+    python -m scripts.bench.mesh                                  # gloo on CPU, 8 processes (~1-2 min)
+    python -m scripts.bench.mesh --impl student --steps 3         # your mesh.py
+    python -m scripts.bench.mesh --layers 8 --d-model 512 --batch 128
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.mesh --backend nccl
 
 Trains the same ``DeepMLP`` (fp32, SGD) with ``MeshTrainer`` on DP 8, DP 2 x TP 4, DP 2 x PP 4 and
 DP 2 x PP 2 x TP 2, and with our ``HSDP`` against torch's ``fully_shard`` on the same 2 x 4 device mesh.
@@ -19,16 +19,22 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
-import time
 import warnings
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from cs336_systems.models import DeepMLP
-from scripts.bench.common import add_common_args, format_table, launch, load_impl, main_rank, save_plot, write_csv
+from scripts.bench.common import (
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    median_time,
+    save_plot,
+    write_csv,
+)
 from tests.harness.recorder import CommRecorder, calls
 
 SCHEMES = {
@@ -101,14 +107,9 @@ def trainer_rank(rank: int, world_size: int, device, *, impl: str, args) -> dict
         trainer.train_step(xs, ys)  # warm-up
         with CommRecorder() as rec:
             trainer.train_step(xs, ys)
-        times = []
-        for _ in range(args.steps):
-            dist.barrier()
-            start = time.perf_counter()
-            trainer.train_step(xs, ys)
-            times.append(time.perf_counter() - start)
+        seconds = median_time(lambda trainer=trainer, xs=xs, ys=ys: trainer.train_step(xs, ys), device, args.steps)
         numel = sum(p.numel() for p in trainer.module.parameters())
-        results[name] = {"time": statistics.median(times), "bytes": _bytes_per_axis(rec.events, rank, shape),
+        results[name] = {"time": seconds, "bytes": _bytes_per_axis(rec.events, rank, shape),
                          "formula": _formula(rank, shape, args, numel)}  # fmt: skip
     results.update(_hsdp(rank, M, args, device, x, y))
     return results
@@ -120,23 +121,20 @@ def _hsdp(rank: int, M, args, device, x, y) -> dict:
     n = args.batch // 8
     xs, ys = x[rank * n : (rank + 1) * n].to(device), y[rank * n : (rank + 1) * n].to(device)
 
-    def timed(model) -> float:
+    def step_time(model) -> float:
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        times = []
-        for i in range(args.steps + 1):
-            dist.barrier()
-            start = time.perf_counter()
+
+        def step():
             opt.zero_grad()
             nn.functional.mse_loss(model(xs), ys).backward()
             opt.step()
-            if i:
-                times.append(time.perf_counter() - start)
-        return statistics.median(times)
+
+        return median_time(step, device, args.steps, warmup=1)
 
     torch.manual_seed(0)
     mesh = M.ProcessMesh({"replicate": 2, "shard": 4})
-    out["HSDP 2 x 4 (ours)"] = {"time": timed(M.HSDP(DeepMLP(args.layers, args.d_model, 4 * args.d_model).to(device),
-                                                     mesh, "shard", "replicate"))}  # fmt: skip
+    ours = M.HSDP(DeepMLP(args.layers, args.d_model, 4 * args.d_model).to(device), mesh, "shard", "replicate")
+    out["HSDP 2 x 4 (ours)"] = {"time": step_time(ours)}
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -147,7 +145,7 @@ def _hsdp(rank: int, M, args, device, x, y) -> dict:
         for block in model:
             fully_shard(block, mesh=torch_mesh)
         fully_shard(model, mesh=torch_mesh)
-        out["HSDP 2 x 4 (torch fully_shard)"] = {"time": timed(model)}
+        out["HSDP 2 x 4 (torch fully_shard)"] = {"time": step_time(model)}
     except Exception as exc:  # noqa: BLE001 - torch's FSDP2 on gloo/CPU varies by version: report, do not fail
         out["HSDP 2 x 4 (torch fully_shard)"] = {"time": math.nan, "error": f"{type(exc).__name__}: {exc}"[:100]}
     return out

@@ -1,10 +1,10 @@
 """Pipeline bubbles and memory measured against the formulas, Gantt charts, and a real MLP step vs torch.
 
-    python scripts/bench_pipeline.py                          # p in {2, 4}, m in {1, ..., 32}: ~5 min
-    python scripts/bench_pipeline.py --impl student           # your PipelineStage
-    python scripts/bench_pipeline.py --forward-ms 50 --weight-ms 25 --steps 3    # steadier, W = F/2
-    python scripts/bench_pipeline.py --schedules gpipe,1f1b --microbatches 4,8    # a quick look
-    torchrun --standalone --nproc_per_node=4 scripts/bench_pipeline.py --backend nccl
+    python -m scripts.bench.pipeline                          # p in {2, 4}, m in {1, ..., 32}: ~5 min
+    python -m scripts.bench.pipeline --impl student           # your PipelineStage
+    python -m scripts.bench.pipeline --forward-ms 50 --weight-ms 25 --steps 3    # steadier, W = F/2
+    python -m scripts.bench.pipeline --schedules gpipe,1f1b --microbatches 4,8    # a quick look
+    torchrun --standalone --nproc_per_node=4 -m scripts.bench.pipeline --backend nccl
 
 Part 1, the bubble. Every stage is synthetic work of fixed length: its forward sleeps F ms, the
 input-gradient half of its backward B ms and the weight-gradient half W ms (a whole backward, B + W),
@@ -45,6 +45,7 @@ from scripts.bench.common import (
     load_impl,
     main_rank,
     save_plot,
+    timed,
     under_torchrun,
     write_csv,
 )
@@ -225,15 +226,9 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
             for label, fn in candidates.items():  # interleaved, so machine noise hits both alike
                 for c in [*chunks, *torch_chunks]:
                     c.zero_grad()
-                dist.barrier()
-                start = time.perf_counter()
-                fn()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # a step ends when its slowest stage does
+                elapsed = timed(fn, device)  # a step ends when its slowest stage does
                 if i > 0:  # step 0 warms up (torch exchanges shapes then)
-                    times[label].append(elapsed.item())
+                    times[label].append(elapsed)
         rows.append((name, statistics.median(times["ours"]), statistics.median(times["torch"])))
     return rows
 

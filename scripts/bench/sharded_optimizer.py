@@ -1,9 +1,9 @@
 """ZeRO stages 1 and 2 benchmark: bytes each rank holds and step time, next to torch's ZeroRedundancyOptimizer.
 
-    python scripts/bench_sharded_optimizer.py               # gloo on CPU, world sizes 1, 2, 4 (about a minute)
-    python scripts/bench_sharded_optimizer.py --impl student --world-sizes 2        # your implementation
-    python scripts/bench_sharded_optimizer.py --layers 8 --d-model 1024 --steps 10  # a bigger model
-    torchrun --standalone --nproc_per_node=4 scripts/bench_sharded_optimizer.py --backend nccl   # GPUs
+    python -m scripts.bench.sharded_optimizer               # gloo on CPU, world sizes 1, 2, 4 (about a minute)
+    python -m scripts.bench.sharded_optimizer --impl student --world-sizes 2        # your implementation
+    python -m scripts.bench.sharded_optimizer --layers 8 --d-model 1024 --steps 10  # a bigger model
+    torchrun --standalone --nproc_per_node=4 -m scripts.bench.sharded_optimizer --backend nccl   # GPUs
 
 For every world size, each rank trains DeepMLP with AdamW (fp32) under each method and measures, after a
 step (before zero_grad), the bytes of parameter, gradient and optimizer-state storage it holds:
@@ -16,7 +16,7 @@ step (before zero_grad), the bytes of parameter, gradient and optimizer-state st
 The table compares bytes with the accounting formula (zero_memory_per_gpu with 4 + 4 + 8 bytes per
 parameter: fp32 weights, grads, Adam's m and v) and step time with ZeroRedundancyOptimizer measured in
 the same run; the plot shows bytes per rank against world size with the formula's lines. Writes
-out/bench_sharded_optimizer.{csv,png}. Stage 3 is scripts/bench_fsdp.py.
+out/bench_sharded_optimizer.{csv,png}. Stage 3 is -m scripts.bench.fsdp.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Our tensor-parallel MLP vs torch's own (DTensor ColwiseParallel/RowwiseParallel), in the same run.
 
-    python scripts/bench_tensor_parallel.py                               # gloo on CPU, TP 1, 2, 4 (~1 min)
-    python scripts/bench_tensor_parallel.py --impl student --tp-sizes 2   # your implementation
-    python scripts/bench_tensor_parallel.py --d-model 2048 --seq 1024 --iters 20     # a bigger MLP
-    torchrun --standalone --nproc_per_node=8 scripts/bench_tensor_parallel.py --backend nccl --tp-sizes 1,2,4,8
+    python -m scripts.bench.tensor_parallel                               # gloo on CPU, TP 1, 2, 4 (~1 min)
+    python -m scripts.bench.tensor_parallel --impl student --tp-sizes 2   # your implementation
+    python -m scripts.bench.tensor_parallel --d-model 2048 --seq 1024 --iters 20     # a bigger MLP
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.tensor_parallel --backend nccl --tp-sizes 1,2,4,8
 
 For every TP size T and both variants (plain TP; TP + sequence parallelism) it trains the same
 ``models.MLP`` (fp32, SGD) with our ``TensorParallelMLP`` and with torch's tensor-parallel API and
@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import time
 
 import torch
-import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -38,6 +36,7 @@ from scripts.bench.common import (
     launch,
     load_impl,
     main_rank,
+    median_time,
     save_plot,
     under_torchrun,
     write_csv,
@@ -89,21 +88,6 @@ def _local_numel(p: torch.Tensor) -> int:
     return p.to_local().numel() if hasattr(p, "to_local") else p.numel()
 
 
-def _step_time(step, iters: int, device: torch.device, group) -> float:
-    """Median over ``iters`` steps of the slowest TP rank's time (a MAX all-reduce after each step)."""
-    times = []
-    for _ in range(iters):
-        dist.barrier(group=group)
-        start = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
-        times.append(elapsed.item())
-    return statistics.median(times)
-
-
 def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, tp_sizes: list[int], seq: int,
                batch: int, d_model: int, d_ff: int, iters: int) -> list[dict]:  # fmt: skip
     TP = load_impl(impl, "tensor_parallel")
@@ -150,7 +134,7 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, tp_s
             times = {name: [] for name in steps}
             for _ in range(3):
                 for name, step in steps.items():
-                    times[name].append(_step_time(step, max(1, iters // 3), device, group))
+                    times[name].append(median_time(step, device, max(1, iters // 3), group=group))
             row.update({f"{name}_time": statistics.median(t) for name, t in times.items()})
             rows.append(row)
     return rows

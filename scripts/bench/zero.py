@@ -1,5 +1,5 @@
-"""What the two ZeRO benchmarks share (bench_sharded_optimizer.py, bench_fsdp.py): train DeepMLP with AdamW
-under a list of methods, measure the bytes each rank holds after a step, and compare them with the formula.
+"""What the two ZeRO benchmarks share (scripts/bench/sharded_optimizer.py, fsdp.py): train DeepMLP with
+AdamW under a list of methods, measure the bytes each rank holds after a step, and compare them with the formula.
 
 A benchmark gives ``run`` its methods: ``{name: (ZeRO stage, counterpart or None)}`` and a module-level
 ``build(method, impl, model, lr) -> (module to call, optimizer, whether the caller averages grads)``; the
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -25,6 +24,7 @@ from scripts.bench.common import (
     load_impl,
     main_rank,
     save_plot,
+    timed,
     under_torchrun,
     write_csv,
 )
@@ -91,18 +91,17 @@ def bench_rank(rank, world_size, device, build, methods, impl, layers, d_model, 
                 module, opt, average = model, torch.optim.AdamW(model.parameters(), lr=lr), True
             else:
                 module, opt, average = build(method, impl, model, lr)
-            times = []
-            for _ in range(steps + 1):  # the first step allocates state: not timed
-                opt.zero_grad()
-                dist.barrier()
-                start = time.perf_counter()
+
+            def step(module=module, opt=opt, average=average, model=model, x=x):
                 module(x).pow(2).mean().backward()
                 if average:
                     average_grads(model)
                 opt.step()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                times.append(time.perf_counter() - start)
+
+            times = []
+            for _ in range(steps + 1):  # the first step allocates state: not timed
+                opt.zero_grad()
+                times.append(timed(step, device))
             params = list(module.parameters())
             results[method] = {
                 "params": sum(_nbytes(p) for p in params),
