@@ -23,9 +23,17 @@ import torch.distributed as dist
 from torch import nn
 
 from cs336_systems.models import DeepMLP
-from tests.harness import assert_close, run_ranks
+from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, format_events
+from tests.oracles.pipeline import (
+    assert_matches_oracle,
+    build_model,
+    make_batches,
+    one_f_one_b_order,
+    oracle_steps,
+    stage_bounds,
+)
 from tests.oracles.pipeline_sim import simulate
 
 SCHEDULES = ["gpipe", "1f1b"]
@@ -38,25 +46,6 @@ def _microbatches(case: str, p: int) -> int:
     if m < 1:
         pytest.skip(f"no microbatch count below {p} stage(s)")
     return m
-
-
-def _bounds(num_layers: int, p: int) -> list[tuple[int, int]]:
-    """Oracle split: contiguous, sizes differ by at most one, earlier stages take the extra layer."""
-    sizes = [num_layers // p + (s < num_layers % p) for s in range(p)]
-    starts = [sum(sizes[:s]) for s in range(p)]
-    return [(a, a + n) for a, n in zip(starts, sizes)]
-
-
-def _oracle_1f1b(p: int, m: int, s: int) -> list[tuple[str, int]]:
-    """1F1B, written as a window rather than as warm-up/steady/cool-down: the first min(p - s, m)
-    forwards, then each further forward right after the backward that frees its slot."""
-    window = min(p - s, m)
-    order = [("F", i) for i in range(window)]
-    for i in range(m):
-        order.append(("B", i))
-        if window + i < m:
-            order.append(("F", window + i))
-    return order
 
 
 # ## Task 5.1: split_into_stages ---------------------------------------------------------------------
@@ -86,7 +75,9 @@ def test_split_into_stages_is_contiguous_balanced_and_shares_the_layers():
     cases = [(layers, p) for layers in range(1, 10) for p in range(1, layers + 1)]
     got = run_ranks(1, split_rank, cases)[0]
     for layers, p in cases:
-        expected = [("Sequential", list(range(a, b)), [str(i) for i in range(a, b)]) for a, b in _bounds(layers, p)]
+        expected = [
+            ("Sequential", list(range(a, b)), [str(i) for i in range(a, b)]) for a, b in stage_bounds(layers, p)
+        ]
         assert got[(layers, p)] == expected, (
             f"split_into_stages({layers} layers, {p} stages): expected (type, layer indices, layer names) "
             f"{expected}, got {got[(layers, p)]} (index -1: a layer that is not one of the model's own objects)"
@@ -166,7 +157,7 @@ def test_one_f_one_b_warms_up_then_alternates_then_cools_down():
     schedules = computed_schedules()
     for p, m in GRID:
         for s in range(p):
-            got, expected = schedules[("1f1b", p, m, s)], _oracle_1f1b(p, m, s)
+            got, expected = schedules[("1f1b", p, m, s)], one_f_one_b_order(p, m, s)
             leading = next((k for k, a in enumerate(got) if a[0] == "B"), len(got))
             assert got == expected, (
                 f"1f1b({p} stages, {m} microbatches, stage {s}): expected {_fmt(expected)}\n"
@@ -196,36 +187,9 @@ def test_schedules_never_deadlock_and_idle_exactly_the_bubble(name):
 # ## Task 5.3: PipelineStage.train_step ------------------------------------------------------------
 
 
-def build_model(kind: str, num_stages: int, seed: int = 0, dtype=torch.float64) -> nn.Sequential:
-    """``deep``: DeepMLP + head, max(6, p + 2) layers of width 8, so stages get uneven layer counts
-    (``deep-3d``: the same on (batch, 5, 8) inputs). ``widths``: 6 layers whose widths
-    (6 -> 10 -> 3 -> 7 -> 4) and hence the activations between stages differ from stage to stage."""
-    torch.manual_seed(seed)
-    if kind.startswith("deep"):
-        model = DeepMLP(max(5, num_stages + 1), 8, 16)
-    elif num_stages > 6:
-        raise ValueError(f"the {kind} model has 6 layers, fewer than {num_stages} stages")
-    else:
-        model = nn.Sequential(
-            nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 3), nn.Tanh(), nn.Linear(3, 7), nn.Linear(7, 4)
-        )
-    return model.to(dtype)
-
-
-def make_batches(kind: str, batch: int, steps: int, seed: int, dtype=torch.float64):
-    d_in, d_out = (6, 4) if kind == "widths" else (8, 8)
-    seq = (5,) if kind == "deep-3d" else ()  # a sequence dimension: activations (batch, 5, 8)
-    gen = torch.Generator().manual_seed(seed)
-    batches = []
-    for _ in range(steps):
-        x = torch.randn(batch, *seq, d_in, generator=gen, dtype=dtype)  # (batch, [seq,] d_in)
-        batches.append((x, torch.randn(batch, *seq, d_out, generator=gen, dtype=dtype)))  # (batch, [seq,] d_out)
-    return batches
-
-
 def _stage_module(model: nn.Sequential, p: int, stage: int) -> nn.Sequential:
     """The test's own split (so Task 5.3 does not depend on 5.1), keeping the model's layer names."""
-    start, end = _bounds(len(model), p)[stage]
+    start, end = stage_bounds(len(model), p)[stage]
     return nn.Sequential(OrderedDict(list(model.named_children())[start:end]))
 
 
@@ -257,44 +221,6 @@ def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1, accumulate=
         opt.step()
         steps.append((loss, grads))
     return steps
-
-
-def oracle_steps(kind, num_stages, batches, lr=0.1, accumulate=1):
-    """One process, the whole model (built for ``num_stages``), the whole batch: (loss, {name: grad}) per step."""
-    model = build_model(kind, num_stages)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    steps = []
-    for x, y in batches:
-        opt.zero_grad()
-        for _ in range(accumulate):
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-        steps.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-        opt.step()
-    return steps
-
-
-def assert_matches_oracle(results, expected, ranks, what: str) -> None:
-    """``results[r]`` for r in ``ranks`` (one pipeline, in stage order) against the oracle's steps."""
-    __tracebackhide__ = True
-    p = len(ranks)
-    for step, (loss, grads) in enumerate(expected):
-        seen = {}
-        for stage, r in enumerate(ranks):
-            got_loss, got_grads = results[r][step]
-            if stage == p - 1:
-                assert isinstance(got_loss, float), (
-                    f"rank {r} (last stage), step {step}, {what}: returned {got_loss!r:.60}, not the loss as a float"
-                )
-                assert_close(
-                    torch.tensor(got_loss, dtype=loss.dtype), loss, what=f"rank {r}, step {step}, {what}, loss"
-                )
-            else:
-                assert got_loss is None, f"rank {r} (stage {stage}), step {step}, {what}: returned {got_loss}, not None"
-            for name, grad in got_grads.items():
-                assert_close(grad, grads[name], what=f"rank {r} (stage {stage}), step {step}, {what}, {name}.grad")
-                seen[name] = r
-        assert sorted(seen) == sorted(grads), f"{what}: parameters not on any stage: {sorted(set(grads) - set(seen))}"
 
 
 @pytest.mark.task5_3
@@ -430,7 +356,7 @@ def test_peak_activations_and_timeline_follow_the_schedule(world_size, schedule,
         plan = (
             [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
             if schedule == "gpipe"
-            else _oracle_1f1b(p, m, s)
+            else one_f_one_b_order(p, m, s)
         )
         assert order == plan, f"{where}: .timeline runs {_fmt(order)}, expected {_fmt(plan)}"
         times = [t for _, _, t0, t1 in timeline for t in (t0, t1)]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections import OrderedDict
 
 import pytest
 import torch
@@ -25,8 +24,16 @@ from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, format_events
+from tests.oracles.pipeline import (
+    assert_matches_oracle,
+    build_model,
+    chunked_train_rank,
+    make_batches,
+    one_f_one_b_order,
+    oracle_steps,
+    pipeline_stage,
+)
 from tests.oracles.pipeline_sim import simulate
-from tests.test_pipeline import _bounds, _oracle_1f1b, assert_matches_oracle, build_model, make_batches, oracle_steps
 
 # ## Oracles -------------------------------------------------------------------------------------
 
@@ -36,7 +43,7 @@ def _oracle_interleaved(p: int, m: int, r: int, v: int) -> list[tuple[str, int, 
     rather than from index formulas: microbatches in groups of p; each group runs through chunk 0,
     then chunk 1, ... forward, and through the chunks in reverse backward."""
     if v == 1:
-        return [(k, i, 0) for k, i in _oracle_1f1b(p, m, r)]
+        return [(k, i, 0) for k, i in one_f_one_b_order(p, m, r)]
     forwards = [(i, c) for g in range(0, m, p) for c in range(v) for i in range(g, g + p)]
     backwards = [(i, c) for g in range(0, m, p) for c in reversed(range(v)) for i in range(g, g + p)]
     warmup = min(2 * (p - r - 1) + (v - 1) * p, m * v)
@@ -52,7 +59,7 @@ def _oracle_zb_h1(p: int, m: int, s: int) -> list[tuple[str, int, int]]:
     """ZB-H1: 1F1B in which each B is followed by a W, except that stage s holds back its first s
     Ws (the ones it would run while later stages still start); the held-back Ws run at the end."""
     order, pending, done = [], [], 0
-    for kind, i in _oracle_1f1b(p, m, s):
+    for kind, i in one_f_one_b_order(p, m, s):
         order.append((kind, i, 0))
         if kind == "B":
             pending.append(i)
@@ -67,7 +74,7 @@ def _oracle(schedule: str, p: int, m: int, r: int, v: int = 1) -> list[tuple[str
         return _oracle_interleaved(p, m, r, v)
     if schedule == "zb-h1":
         return _oracle_zb_h1(p, m, r)
-    return [(k, i, 0) for k, i in _oracle_1f1b(p, m, r)]
+    return [(k, i, 0) for k, i in one_f_one_b_order(p, m, r)]
 
 
 def _peak(actions, release: str = "B") -> int:
@@ -251,38 +258,6 @@ def _skip_unless_fits(run, p: int) -> None:
         pytest.skip("interleaving needs 2 stages or more")
 
 
-def _chunks(model: nn.Sequential, p: int, v: int, rank: int) -> list[nn.Sequential]:
-    """Rank ``rank``'s chunks of ``model`` cut into p·v: global chunks rank, rank + p, ... (the model's names)."""
-    layers = list(model.named_children())
-    return [nn.Sequential(OrderedDict(layers[a:b])) for a, b in _bounds(len(model), p * v)[rank::p]]
-
-
-def _stage(ctx, P, model, v: int, probe: nn.Module | None = None):
-    p = ctx.world_size
-    chunks = _chunks(model.to(ctx.device), p, v, ctx.rank)
-    if probe is not None:
-        chunks = [nn.Sequential(probe, *chunk) for chunk in chunks]
-    return P.PipelineStage(chunks if v > 1 else chunks[0], ctx.rank, p, nn.MSELoss()), chunks
-
-
-def train_rank(ctx, run, m, batches, model_kind="deep"):
-    """Three SGD steps; per step the (last stage's) loss and this rank's grads by the model's names."""
-    P = ctx.load("pipeline")
-    schedule, v, checkpoint = run
-    pipe, chunks = _stage(ctx, P, build_model(model_kind, ctx.world_size * v), v)
-    params = [q for c in chunks for q in c.parameters()]
-    opt = torch.optim.SGD(params, lr=0.1)
-    steps = []
-    first, last = ctx.rank == 0, ctx.rank == ctx.world_size - 1
-    for x, y in batches:
-        opt.zero_grad()
-        loss = pipe.train_step(x.to(ctx.device) if first else None, y.to(ctx.device) if last else None, m,
-                               schedule=schedule, checkpoint=checkpoint)  # fmt: skip
-        steps.append((loss, {n: q.grad for c in chunks for n, q in c.named_parameters()}))
-        opt.step()
-    return steps
-
-
 @pytest.mark.task5_6
 @pytest.mark.parametrize("run", RUNS, ids=_run_id)
 def test_every_schedule_trains_like_one_process_on_the_full_batch(world_size, run):
@@ -294,7 +269,7 @@ def test_every_schedule_trains_like_one_process_on_the_full_batch(world_size, ru
     p, v = world_size, run[1]
     m = 2 * p
     batches = make_batches("deep", 2 * m, steps=3, seed=world_size)
-    results = run_ranks(world_size, train_rank, run, m, batches)
+    results = run_ranks(world_size, chunked_train_rank, run, m, batches)
     assert_matches_oracle(results, oracle_steps("deep", p * v, batches), list(range(p)), f"{_run_id(run)}, m={m}")
 
 
@@ -305,7 +280,7 @@ def dropout_rank(ctx, schedule, v, m, x, y):
     for checkpoint in (False, True):
         torch.manual_seed(0)
         model = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Tanh()) for _ in range(2 * 4)])
-        pipe, chunks = _stage(ctx, P, model.double(), v)
+        pipe, chunks = pipeline_stage(ctx, P, model.double(), v)
         torch.manual_seed(100 + ctx.rank)  # each rank's dropout stream, the same for both runs
         loss = pipe.train_step(x, y, m, schedule=schedule, checkpoint=checkpoint)
         out.append((loss, {n: q.grad for c in chunks for n, q in c.named_parameters()}))
@@ -354,7 +329,7 @@ def memory_rank(ctx, run, m):
     P = ctx.load("pipeline")
     schedule, v, checkpoint = run
     probe = ActivationProbe()
-    pipe, _ = _stage(ctx, P, build_model("deep", ctx.world_size * v), v, probe)
+    pipe, _ = pipeline_stage(ctx, P, build_model("deep", ctx.world_size * v), v, probe)
     x, y = make_batches("deep", 2 * m, steps=1, seed=0)[0]  # microbatches of 2 x 8 float64: 128 bytes
     pipe.train_step(x.to(ctx.device), y.to(ctx.device), m, schedule=schedule, checkpoint=checkpoint)
     order = [(a.kind, a.microbatch, a.chunk) for a, _, _ in pipe.timeline]
@@ -393,7 +368,7 @@ def test_activations_held_follow_the_schedule_and_checkpointing(world_size, run)
 
 def comm_rank(ctx, m, v):
     P = ctx.load("pipeline")
-    pipe, _ = _stage(ctx, P, build_model("deep", ctx.world_size * v), v)
+    pipe, _ = pipeline_stage(ctx, P, build_model("deep", ctx.world_size * v), v)
     x, y = make_batches("deep", 3 * m, steps=1, seed=0)[0]
     with CommRecorder() as rec:
         pipe.train_step(x.to(ctx.device), y.to(ctx.device), m, schedule="interleaved")
@@ -492,7 +467,7 @@ def test_accounting_checkpointing_memory_and_recompute_flops():
 
 
 def _pipe(ctx, P, v: int = 1):
-    pipe, _ = _stage(ctx, P, build_model("deep", ctx.world_size * v), v)
+    pipe, _ = pipeline_stage(ctx, P, build_model("deep", ctx.world_size * v), v)
     return pipe
 
 

@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from tests.harness import CONFIG, run_ranks
-from tests.test_pipeline import assert_matches_oracle, make_batches, oracle_steps
-from tests.test_pipeline_schedules import train_rank
+from tests.oracles.pipeline import assert_matches_oracle, chunked_train_rank, make_batches, oracle_steps
 
 
 @pytest.mark.task5_6
@@ -28,6 +27,6 @@ def test_interleaved_chunks_of_different_widths_train_like_one_process(p, checkp
         pytest.skip(f"world size {p} needs {p} GPUs")
     v, m = 6 // p, 2 * p
     batches = make_batches("widths", 2 * m, steps=2, seed=7 + p)
-    results = run_ranks(p, train_rank, ("interleaved", v, checkpoint), m, batches, model_kind="widths")
+    results = run_ranks(p, chunked_train_rank, ("interleaved", v, checkpoint), m, batches, model_kind="widths")
     assert_matches_oracle(results, oracle_steps("widths", p * v, batches), list(range(p)),
                           f"interleaved v={v}, widths model, checkpoint={checkpoint}")  # fmt: skip
