@@ -1,7 +1,7 @@
-"""Draw the figure of handouts/09-context-parallel.md into handouts/figures/ (pure geometry, no ranks).
+"""Part 9's figure (handouts/09-context-parallel.md), into handouts/figures/ (pure geometry, no ranks).
 
-    python scripts/figures_context_parallel.py            # writes handouts/figures/ring_attention.png
-    python scripts/figures_context_parallel.py --ranks 8  # the same picture for another ring size
+    python -m scripts.figures.context_parallel            # writes handouts/figures/ring_attention.png
+    python -m scripts.figures.context_parallel --ranks 8 --out /tmp/ring8.png   # another ring size
 
 ring_attention.png   the causal score matrix of a sequence on N ranks, contiguous vs zigzag: each
                      (query chunk, key chunk) tile is coloured by the rank that computes it and
@@ -15,16 +15,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from scripts.figures.palette import FIGURE_DIR, RANKS, save
 
-from scripts.bench.common import ROOT  # noqa: E402
-
-FIGURE = ROOT / "handouts" / "figures" / "ring_attention.png"
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
+FIGURE = FIGURE_DIR / "ring_attention.png"
 
 
 def chunk_owner(chunk: int, n: int, zigzag: bool) -> int:
@@ -47,7 +43,7 @@ def tiles(n: int, zigzag: bool) -> list[tuple[int, int, int, int, float]]:
     return out
 
 
-def draw(n: int, path: Path) -> Path:
+def draw_ring_attention(path: Path, n: int = 4) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     work = {}
     for ax, zigzag in zip(axes[:2], (False, True)):
@@ -55,7 +51,7 @@ def draw(n: int, path: Path) -> Path:
         work[name] = [0.0] * n
         for qc, kc, rank, step, frac in tiles(n, zigzag):
             work[name][rank] += frac
-            color = COLORS[rank % len(COLORS)]
+            color = RANKS[rank % len(RANKS)]
             if frac < 1:  # the diagonal tile: only its lower triangle is attended
                 ax.add_patch(plt.Polygon([(kc, qc), (kc, qc + 1), (kc + 1, qc + 1)], color=color, alpha=0.8))
             else:
@@ -76,7 +72,7 @@ def draw(n: int, path: Path) -> Path:
     width = 0.38
     for i, (name, per_rank) in enumerate(work.items()):
         ax.bar([r + (i - 0.5) * width for r in range(n)], per_rank, width, label=name,
-               color=["0.6", "tab:blue"][i])  # fmt: skip
+               color=["0.6", RANKS[0]][i])  # fmt: skip
     ax.set_xticks(range(n))
     ax.set_xlabel("rank")
     ax.set_ylabel("attention work (chunk tiles)")
@@ -84,18 +80,15 @@ def draw(n: int, path: Path) -> Path:
     ax.legend(fontsize=8)
     fig.suptitle("Ring attention with a causal mask: who computes what, and when", fontsize=11)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, default=4, help="ring size N (default 4; at most 8 colours)")
-    parser.add_argument("--out", type=Path, default=FIGURE, help=f"PNG path (default {FIGURE.relative_to(ROOT)})")
+    parser.add_argument("--out", type=Path, default=FIGURE, help="PNG (default: the handout's)")
     args = parser.parse_args()
-    print(f"wrote {draw(args.ranks, args.out)}")
+    print(draw_ring_attention(args.out, args.ranks))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Draw handout 08's figure: the dispatch and combine all-to-alls of an expert-parallel MoE layer.
+"""Part 8's figure (handouts/08-expert-parallel.md): the dispatch and combine all-to-alls of an MoE layer.
 
-    python scripts/figures_expert_parallel.py           # writes handouts/figures/expert_parallel_dispatch.png
+    python -m scripts.figures.expert_parallel           # writes handouts/figures/expert_parallel_dispatch.png
 
 Two ranks, four experts (E0, E1 on rank 0; E2, E3 on rank 1), top-1 routing, capacity 2 per expert.
 Each rank sorts its tokens by expert, the count exchange tells everyone how many rows go where, the
@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from scripts.figures.palette import FIGURE_DIR, RANKS, SPARE, save
 
-OUT = Path(__file__).resolve().parents[2] / "handouts" / "figures" / "expert_parallel_dispatch.png"
-COLORS = ["#4C72B0", "#55A868", "#C44E52", "#8172B2"]  # experts E0..E3
+OUT = FIGURE_DIR / "expert_parallel_dispatch.png"
+COLORS = RANKS[:4]  # experts E0..E3
 ROUTES = {0: [0, 2, 0, 1], 1: [3, 0, 2, 1]}  # rank -> expert of each token t0..t3 (top-1)
 CAPACITY = 2  # per expert, over both ranks: rank 0's E0 tokens come first in the queue
 
@@ -37,10 +36,7 @@ def _arrow(ax, a, b, color="gray"):
     ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=8, color=color, lw=0.8, alpha=0.8))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
+def draw_dispatch(path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(11, 5.2))
     ax.set_xlim(-0.5, 19.5)
     ax.set_ylim(-1.4, 9.6)
@@ -63,7 +59,7 @@ def main() -> None:
     sorted_pos, recv_pos = {}, {}
     for rank in (0, 1):
         y0 = base[rank]
-        ax.add_patch(Rectangle((-0.4, y0 - 0.3), 19.8, 4.1, facecolor="#f4f4f4", edgecolor="none", zorder=-1))
+        ax.add_patch(Rectangle((-0.4, y0 - 0.3), 19.8, 4.1, facecolor=SPARE, edgecolor="none", zorder=-1))
         ax.text(-0.45, y0 + 3.55, f"rank {rank}  (experts E{2 * rank}, E{2 * rank + 1})", fontsize=9, weight="bold")
         for t, e in enumerate(ROUTES[rank]):
             _box(ax, columns["tokens"], y0 + 2.7 - 0.85 * t, f"t{t}→E{e}", COLORS[e])
@@ -102,10 +98,15 @@ def main() -> None:
     ax.text(9.5, -1.0, "counts all-gather first (tiny): every rank learns every (rank, expert) count, hence the "
             "splits and the capacity queue (rank 0's E0 tokens before rank 1's: r1.t1 is E0's third, dropped)",
             ha="center", fontsize=8, style="italic")  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=130)
-    print(f"wrote {args.out}")
+    return save(fig, path, dpi=130)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=OUT, help="PNG (default: the handout's)")
+    args = parser.parse_args()
+    print(draw_dispatch(args.out))
 
 
 if __name__ == "__main__":

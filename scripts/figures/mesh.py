@@ -1,7 +1,7 @@
-"""Draw the figures of handouts/07-mesh.md into handouts/figures/ (numbers from accounting.py).
+"""Part 7's figures (handouts/07-mesh.md), into handouts/figures/ (numbers from accounting.py).
 
-    python scripts/draw_mesh_figures.py                  # the reference's accounting (staff checkout)
-    python scripts/draw_mesh_figures.py --impl student   # your accounting.py
+    python -m scripts.figures.mesh                  # the reference's accounting (staff checkout)
+    python -m scripts.figures.mesh --impl student   # your accounting.py
 
 mesh_groups.png          the 8-rank mesh {"dp": 2, "pp": 2, "tp": 2} and its tp, pp, dp groups on 2 nodes
 mesh_3d.png              what MeshTrainer sends: TP all-reduces, pipeline p2p, the dp all-reduce
@@ -12,20 +12,15 @@ placement_bandwidth.png  Llama 3 405B's bytes per GPU per axis, and their time o
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyBboxPatch  # noqa: E402
+from scripts.bench.common import default_impl, load_impl
+from scripts.figures.palette import AXES, FIGURE_DIR, NOTE, RANKS, save
 
-from scripts.bench.common import ROOT, load_impl, resolve_impl  # noqa: E402
-
-FIGURES = ROOT / "handouts" / "figures"
 SHAPE = {"dp": 2, "pp": 2, "tp": 2}
-COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
 NVLINK, INFINIBAND = 450e9, 50e9  # bytes/s per GPU and direction: H100 NVLink 4, one 400 Gb/s NIC per GPU
 
 
@@ -42,10 +37,10 @@ def _position(rank: int) -> tuple[float, float]:
 def _nodes(ax) -> None:
     for node in range(2):
         ax.add_patch(FancyBboxPatch((4.6 * node + 0.1, 0.4), 3.4, 3.1, boxstyle="round,pad=0.05", fc="0.95", ec="0.5"))
-        ax.text(4.6 * node + 1.8, 3.7, f"node {node}", ha="center", fontsize=9, color="0.3")
+        ax.text(4.6 * node + 1.8, 3.7, f"node {node}", ha="center", fontsize=9, color=NOTE)
 
 
-def draw_mesh_groups(path: Path) -> None:
+def draw_mesh_groups(path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for ax, axis in zip(axes, ["tp", "pp", "dp"]):
         _nodes(ax)
@@ -53,7 +48,7 @@ def draw_mesh_groups(path: Path) -> None:
         for r in range(8):
             key = tuple(v for k, v in _coords(r).items() if k != axis)
             slices.setdefault(key, []).append(r)
-        for color, ranks in zip(COLORS, slices.values()):
+        for color, ranks in zip(RANKS, slices.values()):  # one colour per group
             bend = f"arc3,rad={-0.3 if axis == 'dp' else 0}"  # dp links arc over the ranks in between
             for a, b in zip(ranks, ranks[1:]):
                 style = dict(arrowstyle="-", color=color, lw=3, alpha=0.6, connectionstyle=bend)
@@ -63,18 +58,17 @@ def draw_mesh_groups(path: Path) -> None:
                 ax.scatter([x], [y], s=600, color=color, zorder=3)
                 c = _coords(r)
                 ax.text(x, y, str(r), ha="center", va="center", color="white", fontweight="bold", zorder=4)
-                ax.text(x, y - 0.55, f"({c['dp']},{c['pp']},{c['tp']})", ha="center", fontsize=7, color="0.3")
+                ax.text(x, y - 0.55, f"({c['dp']},{c['pp']},{c['tp']})", ha="center", fontsize=7, color=NOTE)
         ax.set_title(f"{axis} groups: {sorted(slices.values())}", fontsize=10)
         ax.set_xlim(0, 8.2)
         ax.set_ylim(0, 4.1)
         ax.axis("off")
     fig.suptitle('ProcessMesh({"dp": 2, "pp": 2, "tp": 2}): rank = 4 dp + 2 pp + tp, (dp, pp, tp) under each rank')
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path)
 
 
-def draw_3d(path: Path) -> None:
+def draw_3d(path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(10, 4.2))
     _nodes(ax)
     for r in range(8):
@@ -82,29 +76,30 @@ def draw_3d(path: Path) -> None:
         ax.add_patch(FancyBboxPatch((x - 0.55, y - 0.35), 1.1, 0.7, boxstyle="round,pad=0.02", fc="white", ec="k"))
         c = _coords(r)
         ax.text(x, y + 0.08, f"rank {r}", ha="center", fontsize=8)
-        ax.text(x, y - 0.18, f"stage {c['pp']}, tp {c['tp']}", ha="center", fontsize=7, color="0.3")
+        ax.text(x, y - 0.18, f"stage {c['pp']}, tp {c['tp']}", ha="center", fontsize=7, color=NOTE)
     for r in range(8):
         c, (x, y) = _coords(r), _position(r)
         if c["tp"] == 0:  # tp all-reduce inside the stage
-            ax.annotate("", xy=(x + 1.05, y), xytext=(x + 0.55, y), arrowprops=dict(arrowstyle="<->", color="tab:red"))
+            ax.annotate("", xy=(x + 1.05, y), xytext=(x + 0.55, y), arrowprops=dict(arrowstyle="<->", color=AXES["tp"]))
         if c["pp"] == 0:  # pipeline p2p to the same tp coordinate of the next stage
-            ax.annotate("", xy=(x, y - 1.25), xytext=(x, y - 0.35), arrowprops=dict(arrowstyle="<->", color="tab:blue"))
+            ax.annotate("", xy=(x, y - 1.25), xytext=(x, y - 0.35), arrowprops=dict(arrowstyle="<->", color=AXES["pp"]))
         if c["dp"] == 0:  # dp all-reduce across replicas (nodes)
             ax.annotate("", xy=(x + 4.6, y + 0.36), xytext=(x, y + 0.36), arrowprops=dict(
-                arrowstyle="<->", color="tab:green", connectionstyle="arc3,rad=-0.12", alpha=0.6))  # fmt: skip
-    ax.text(8.3, 2.8, "tp: 2 all-reduces per MLP block\nper microbatch", color="tab:red", fontsize=8)
-    ax.text(8.3, 1.9, "pp: m activations forward,\nm gradients back", color="tab:blue", fontsize=8)
-    ax.text(8.3, 1.0, "dp: 1 gradient all-reduce\nper step, after backward", color="tab:green", fontsize=8)
+                arrowstyle="<->", color=AXES["dp"], connectionstyle="arc3,rad=-0.12", alpha=0.6))  # fmt: skip
+    ax.text(8.3, 2.8, "tp: 2 all-reduces per MLP block\nper microbatch", color=AXES["tp"], fontsize=8)
+    ax.text(8.3, 1.9, "pp: m activations forward,\nm gradients back", color=AXES["pp"], fontsize=8)
+    ax.text(8.3, 1.0, "dp: 1 gradient all-reduce\nper step, after backward", color=AXES["dp"], fontsize=8)
     ax.set_xlim(0, 10.6)
     ax.set_ylim(0.2, 4.1)
     ax.axis("off")
     ax.set_title("MeshTrainer on DP 2 x PP 2 x TP 2: who talks to whom in one step")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path)
 
 
-def draw_hsdp(path: Path, accounting) -> None:
+def draw_hsdp(path: Path, accounting=None) -> Path:
+    """``accounting``: the module whose formulas give the numbers (default: the reference's, where there is one)."""
+    accounting = accounting or load_impl(default_impl(), "accounting")
     params, per_node, nodes = 7e9, 8, 64
     n = per_node * nodes
     grad_bytes = 2 * params
@@ -116,9 +111,9 @@ def draw_hsdp(path: Path, accounting) -> None:
     }
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     names = list(schemes)
-    ax1.bar(names, [schemes[k][0] / 1e9 for k in names], color=COLORS[:3])
+    ax1.bar(names, [schemes[k][0] / 1e9 for k in names], color=RANKS[:3])
     ax1.set_ylabel("GB of model states per GPU")
-    ax2.bar(names, [schemes[k][1] / 1e9 for k in names], color=COLORS[:3])
+    ax2.bar(names, [schemes[k][1] / 1e9 for k in names], color=RANKS[:3])
     ax2.set_ylabel("GB per GPU per step across nodes")
     for ax in (ax1, ax2):
         for bar in ax.patches:
@@ -126,16 +121,17 @@ def draw_hsdp(path: Path, accounting) -> None:
                     va="bottom", fontsize=8)  # fmt: skip
     fig.suptitle("7B on 64 nodes of 8 GPUs: HSDP sends 1/12 of FSDP's cross-node bytes, sharding 8 ways instead of 512")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path)
 
 
-def draw_placement(path: Path, accounting) -> None:
+def draw_placement(path: Path, accounting=None) -> Path:
+    """``accounting`` as for ``draw_hsdp``."""
+    accounting = accounting or load_impl(default_impl(), "accounting")
     traffic = accounting.communication_bytes_per_gpu(405e9, 126, 16384, 8192, 1, dp=128, tp=8, pp=16, zero_stage=2,
                                                      num_microbatches=16)  # fmt: skip
     axes_ = ["tp", "pp", "dp"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    ax1.bar(axes_, [traffic[a] / 1e9 for a in axes_], color=COLORS[:3])
+    ax1.bar(axes_, [traffic[a] / 1e9 for a in axes_], color=RANKS[:3])
     ax1.set_ylabel("GB sent per GPU per step")
     ax1.set_title("Llama 3 405B: TP 8, PP 16, DP 128", fontsize=10)
     width = 0.38
@@ -147,26 +143,26 @@ def draw_placement(path: Path, accounting) -> None:
     ax2.set_title("if that axis ran inside a node vs across nodes", fontsize=10)
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save(fig, path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    # The staff checkout uses the reference by default; a student release has only the student package.
-    default = "reference" if importlib.util.find_spec(resolve_impl("reference")) else "student"
+    default = default_impl()
     parser.add_argument(
         "--impl", default=default, help=f"student, reference, or a package with accounting.py (default {default})"
     )
-    parser.add_argument("--out", type=Path, default=FIGURES, help=f"folder for the PNGs (default {FIGURES})")
+    parser.add_argument("--out", type=Path, default=FIGURE_DIR, help=f"folder for the PNGs (default {FIGURE_DIR})")
     args = parser.parse_args()
     accounting = load_impl(args.impl, "accounting")
     args.out.mkdir(parents=True, exist_ok=True)
-    draw_mesh_groups(args.out / "mesh_groups.png")
-    draw_3d(args.out / "mesh_3d.png")
-    draw_hsdp(args.out / "hsdp_vs_fsdp.png", accounting)
-    draw_placement(args.out / "placement_bandwidth.png", accounting)
-    print(f"wrote 4 figures to {args.out}")
+    for path in (
+        draw_mesh_groups(args.out / "mesh_groups.png"),
+        draw_3d(args.out / "mesh_3d.png"),
+        draw_hsdp(args.out / "hsdp_vs_fsdp.png", accounting),
+        draw_placement(args.out / "placement_bandwidth.png", accounting),
+    ):
+        print(path)
 
 
 if __name__ == "__main__":

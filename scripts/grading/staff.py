@@ -33,6 +33,7 @@ STAFF_ONLY = (
     StaffPath("tests/staff/grader/", "grader", grading=False),
     StaffPath("tests/staff/test_api_parity.py", "parity", grading=False),
     StaffPath("tests/staff/test_benchmarks.py", "benchmarks", grading=False),  # runs scripts/bench/ on the reference
+    StaffPath("tests/staff/test_figures.py", "figures", grading=False),  # handout images vs scripts/figures/
     # A second implementation (the reference's work, its own bad-input wording) and its test.
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.

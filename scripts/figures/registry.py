@@ -1,0 +1,29 @@
+"""Every figure the handouts show: file name in handouts/figures/ -> the function that draws it.
+
+``python -m scripts.figures`` draws them all from this table, and tests/staff/test_figures.py checks
+it against the handouts (every linked image is here, everything here is linked). A new figure is a
+``draw_x(path) -> path`` function in its part's module and one line below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from scripts.figures import collectives, context_parallel, expert_parallel, mesh, pipeline, tensor_parallel, zero
+
+FIGURES: dict[str, Callable[[Path], Path]] = {
+    "ring_reduce_scatter_all_gather.png": collectives.draw_ring,  # 01-collectives
+    "recursive_doubling.png": collectives.draw_recursive_doubling,
+    "zero_stages.png": zero.draw_zero,  # 03-zero
+    "fsdp_timeline.png": zero.draw_fsdp,
+    "tp_mlp_f_g.png": tensor_parallel.draw_tp,  # 04-tensor-parallel
+    "gpipe_vs_1f1b.png": pipeline.draw_gpipe_vs_1f1b,  # 05-pipeline
+    "pipeline_schedules.png": pipeline.draw_schedules,
+    "mesh_groups.png": mesh.draw_mesh_groups,  # 07-mesh
+    "mesh_3d.png": mesh.draw_3d,
+    "hsdp_vs_fsdp.png": mesh.draw_hsdp,
+    "placement_bandwidth.png": mesh.draw_placement,
+    "expert_parallel_dispatch.png": expert_parallel.draw_dispatch,  # 08-expert-parallel
+    "ring_attention.png": context_parallel.draw_ring_attention,  # 09-context-parallel
+}
