@@ -37,7 +37,7 @@ from scripts.bench.common import (
     write_csv,
 )
 from tests.harness.recorder import CommRecorder, bytes_sent
-from tests.test_context_parallel import MatmulLog
+from tests.oracles.matmul_log import MatmulLog
 
 MIB = float(1 << 20)
 VARIANTS = [("full", False), ("causal contiguous", False), ("causal zigzag", True)]
