@@ -1,7 +1,7 @@
 """Write handouts/api.md, the students' API reference, from the stub docstrings of cs336_systems/.
 
-    python scripts/make_api_reference.py            # rewrite handouts/api.md
-    python scripts/make_api_reference.py --check    # CI: fail if handouts/api.md is not current
+    python -m scripts.release.api_reference            # rewrite handouts/api.md
+    python -m scripts.release.api_reference --check    # CI: fail if handouts/api.md is not current
 
 The stubs' docstrings are the specification; this file only collects them, one section per part
 module, in handout order: each public function and class with its signature and docstring (a class's
@@ -46,7 +46,8 @@ def render(sources: dict[str, str] | None = None) -> str:
     lines = [
         "# API reference",
         "",
-        "<!-- written by `python scripts/make_api_reference.py` from the docstrings in cs336_systems/; edit those -->",
+        "<!-- written by `python -m scripts.release.api_reference` from the docstrings in cs336_systems/; "
+        "edit those -->",
         "",
         "Every function and class you implement, with its signature and the docstring that specifies it",
         "(the same text as in `cs336_systems/`). The handouts explain why; this is what.",
@@ -71,7 +72,7 @@ def main() -> int:
     text = render()
     if args.check:
         if not OUT.exists() or OUT.read_text() != text:
-            print("handouts/api.md is stale: run python scripts/make_api_reference.py", file=sys.stderr)
+            print("handouts/api.md is stale: run python -m scripts.release.api_reference", file=sys.stderr)
             return 1
         print("handouts/api.md is current")
         return 0

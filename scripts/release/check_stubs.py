@@ -1,7 +1,7 @@
 """Check that the unmodified student stubs fail every test cleanly (CI and the release check).
 
-    python scripts/check_stubs.py                    # tests/ against cs336_systems as shipped
-    python scripts/check_stubs.py --root /tmp/release --impl student
+    python -m scripts.release.check_stubs                    # tests/ against cs336_systems as shipped
+    python -m scripts.release.check_stubs --root /tmp/release --impl student
 
 "Cleanly" means: every collected test (other than those marked ``harness`` or ``staff``, which do
 not exercise the student package) FAILS — no pass, no error at setup or collection (a skip needs a reason) —

@@ -1,7 +1,7 @@
 """Which ZeRO stage fits? Per-GPU memory of model states for each stage, from accounting.py.
 
-    python scripts/memory_planner.py --params 7.5e9 --gpus 64 --gpu-memory 32     # the ZeRO paper's example
-    python scripts/memory_planner.py --params 70e9 --gpus 8 --gpu-memory 80 --optimizer-bytes 12
+    python -m scripts.tools.memory --params 7.5e9 --gpus 64 --gpu-memory 32     # the ZeRO paper's example
+    python -m scripts.tools.memory --params 70e9 --gpus 8 --gpu-memory 80 --optimizer-bytes 12
 
 Model states only (parameters, gradients, optimizer state; mixed-precision Adam by default: 2 + 2 + 12
 bytes per parameter). Activations, buffers and fragmentation come on top: --reserve keeps that share of

@@ -1,8 +1,8 @@
 """Which (DP, TP, PP, ZeRO) fits? The planner of accounting.py, its reasoning as a table (handouts/07-mesh.md §7.4).
 
-    python scripts/plan_parallelism.py --preset llama3-405b          # TP 8, PP 16, DP 128, as Meta trained it
-    python scripts/plan_parallelism.py --preset all                   # every preset, then the published MoE layouts
-    python scripts/plan_parallelism.py --params 70e9 --layers 80 --hidden 8192 --heads 64 --seq 4096 \\
+    python -m scripts.tools.plan --preset llama3-405b          # TP 8, PP 16, DP 128, as Meta trained it
+    python -m scripts.tools.plan --preset all                   # every preset, then the published MoE layouts
+    python -m scripts.tools.plan --params 70e9 --layers 80 --hidden 8192 --heads 64 --seq 4096 \\
         --batch 512 --gpus-per-node 8 --nodes 2 --gpu-memory 80 --recompute full
 
 Rules (accounting.plan_parallelism): TP inside a node and no wider than needed, then PP across nodes,

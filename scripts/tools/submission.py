@@ -1,7 +1,7 @@
 """Zip what you hand in (the part modules of cs336_systems) and check that each one imports.
 
-    python scripts/make_submission.py                  # writes submission.zip in the current folder
-    python scripts/make_submission.py --out my.zip
+    python -m scripts.tools.submission                  # writes submission.zip in the current folder
+    python -m scripts.tools.submission --out my.zip
 
 Only the part modules are graded: ``cs336_systems/<module>.py`` for each module in ``PART_MODULES``
 below (collectives, ddp, ..., one per idea of the handouts). The grader uses its own copies of __init__.py,

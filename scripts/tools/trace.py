@@ -1,7 +1,7 @@
 """Draw a test's communication trace (written with pytest --comm-trace DIR, or CS336_TRACE=DIR) as a PNG.
 
     .venv/bin/python -m pytest tests/test_ddp.py -k overlap --world-sizes 2 -x --comm-trace /tmp/tr
-    python scripts/show_trace.py /tmp/tr/test_ddp.py__test_each_bucket*w2-deep-bucketed*.json
+    python -m scripts.tools.trace /tmp/tr/test_ddp.py__test_each_bucket*w2-deep-bucketed*.json
 
 One row per process of each file: the judging pytest process (its setup, call and teardown) and each
 rank. On a rank's row the grey bar is a recorded region (named after the rank function) and each

@@ -238,7 +238,7 @@ def format_events(events: list[CommEvent], limit: int = 40) -> str:
     if where and test:
         path = _trace.trace_file_of(where, test)
         lines.append(
-            f"  (every rank's timeline of these calls: {path}; python scripts/show_trace.py {shlex.quote(str(path))})"
+            f"  (every rank's timeline of these calls: {path}; python -m scripts.tools.trace {shlex.quote(str(path))})"
         )
     else:
         lines.append("  (for a timeline of these calls rerun with --comm-trace DIR; see tests/harness/trace.py)")

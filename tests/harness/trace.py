@@ -1,7 +1,7 @@
 """Chrome-trace output of what the ranks communicated (open in https://ui.perfetto.dev or chrome://tracing).
 
     pytest tests/test_ddp.py -k overlap --world-sizes 2 --comm-trace /tmp/tr    # or CS336_TRACE=/tmp/tr
-    python scripts/show_trace.py /tmp/tr/test_ddp.py__test_each_bucket*.json    # the same as a PNG
+    python -m scripts.tools.trace /tmp/tr/test_ddp.py__test_each_bucket*.json    # the same as a PNG
 
 With ``CS336_TRACE=DIR`` set, every distributed test writes ONE file, ``DIR/<test id>.json``: a lane
 per process ("pytest" for the judging parent, "rank r" for each rank). The parent's lane holds the

@@ -61,13 +61,13 @@ def pytest_runtest_makereport(item, call):
     directory = _directory()
     if directory:
         path = trace.trace_file_of(directory, item.nodeid)
-        draw = f"python scripts/show_trace.py {shlex.quote(str(path))}"
+        draw = f"python -m scripts.tools.trace {shlex.quote(str(path))}"
         text = f"this test's ranks' communication, as a Chrome trace: {path}\n"
         text += f"(open it in https://ui.perfetto.dev, or draw it: {draw})"
     else:
         text = (
             "for a timeline of every rank's communication calls (in backward or not, issue to wait), "
             "rerun this test with --comm-trace DIR and open DIR/<test>.json in https://ui.perfetto.dev "
-            "(or python scripts/show_trace.py DIR/<test>.json)"
+            "(or python -m scripts.tools.trace DIR/<test>.json)"
         )
     report.sections.append(("comm trace", text))
