@@ -111,8 +111,8 @@ MUTANTS = [
         "collectives_fold_wrong_partner",
         "collectives",
         "core ranks look for their extra rank at me + (N - p), not me + p (a deadlock unless N = 2**k)",
-        old="    partner = me - p if extra else me + p  #",
-        new="    partner = me - p if extra else me + (n - p)  #",
+        old="partner = me - p if extra else me + p",
+        new="partner = me - p if extra else me + (n - p)",
         caught_by=ALGORITHMS(f"{SUMS}[w3-recursive_doubling]", "hung: no answer within", world_sizes="3"),
     ),
     Mutant(
@@ -140,8 +140,8 @@ MUTANTS = [
         "collectives_doubling_avg_every_step",
         "collectives",
         "recursive doubling divides by N after every exchange step instead of once at the end",
-        old=('            mask <<= 1\n        if op == "avg":\n            flat.div_(n)\n'),
-        new=('            if op == "avg":\n                flat.div_(n)\n            mask <<= 1\n'),
+        old='            mask <<= 1\n        if op == "avg":\n            flat.div_(n)\n',
+        new='            if op == "avg":\n                flat.div_(n)\n            mask <<= 1\n',
         caught_by=ALGORITHMS(
             "::test_avg_divides_by_world_size_once[w4-recursive_doubling]",
             "all_reduce(avg, 'recursive_doubling')",
@@ -276,7 +276,7 @@ MUTANTS = [
         "collectives",
         "all_gather concatenates in reverse rank order",
         old="    chunks[me].copy_(piece)",
-        new=("    chunks.reverse()\n    chunks[me].copy_(piece)"),
+        new="    chunks.reverse()\n    chunks[me].copy_(piece)",
         caught_by=COLLECTIVES("all_gather and int64", "all_gather"),
     ),
     # -- Part 2: DDP -----------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ MUTANTS = [
         "ddp",
         "DDPBucketed divides each bucket by the world size before the all-reduce and again after",
         old="        bucket.work = dist.all_reduce(",
-        new=("        bucket.buffer.div_(self.world_size)\n        bucket.work = dist.all_reduce("),
+        new="        bucket.buffer.div_(self.world_size)\n        bucket.work = dist.all_reduce(",
         caught_by=DDP(f"{DDP_TRAIN}[w2-bucketed-inf-deep]", "the average divided by 2 again: average only once"),
     ),
     Mutant(
@@ -334,7 +334,7 @@ MUTANTS = [
         "ddp_launch_at_finish",
         "ddp",
         "DDPBucketed only marks grads ready during backward and launches every bucket in finish",
-        old=("        if len(bucket.ready) == len(bucket.params):\n            self._launch(bucket)"),
+        old="        if len(bucket.ready) == len(bucket.params):\n            self._launch(bucket)",
         new="        pass",
         caught_by=DDP(f"{DDP_OVERLAP}[w2-deep-bucketed-0.002MiB]", "async_op=True from a hook during backward"),
     ),
@@ -581,16 +581,16 @@ MUTANTS = [
         "tensor_parallel_all_reduce_both_ways",
         "tensor_parallel",
         "g (reduce_from_tp_region) all-reduces in backward as well as in forward",
-        old=("        return grad, None\n\n\nclass _ScatterToTPRegion"),
-        new=("        return _all_reduce(grad, None), None\n\n\nclass _ScatterToTPRegion"),
+        old="        return grad, None\n\n\nclass _ScatterToTPRegion",
+        new="        return _all_reduce(grad, None), None\n\n\nclass _ScatterToTPRegion",
         caught_by=TP("conjugate and forward_backward and reduce_from", "backward: gradient of x"),
     ),
     Mutant(
         "tensor_parallel_average_not_sum",
         "tensor_parallel",
         "the all-reduce averages (the DDP habit) where tensor parallelism needs a plain sum",
-        old=("    dist.all_reduce(out, group=group)\n    return out"),
-        new=("    dist.all_reduce(out, group=group)\n    return out / _world(group)"),
+        old="    dist.all_reduce(out, group=group)\n    return out",
+        new="    dist.all_reduce(out, group=group)\n    return out / _world(group)",
         caught_by=TP("tp_mlp_matches and not no-bias", "TP MLP output"),
     ),
     Mutant(
@@ -605,8 +605,8 @@ MUTANTS = [
         "tensor_parallel_row_init_shard_fan_in",
         "tensor_parallel",
         "RowParallelLinear draws its shard with the shard's fan-in (in/T), too wide by sqrt(T)",
-        old=("in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features)"),
-        new=("in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features // world)"),
+        old="in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features)",
+        new="in_features // world))  # (out, in/T)\n        _init_weight(self.weight, in_features // world)",
         caught_by=TP("fresh_layers", "initialize with the full layer's fan-in"),
     ),
     Mutant(
@@ -733,7 +733,7 @@ MUTANTS = [
         "pipeline",
         "train_step zeroes the stage's grads itself, so gradient accumulation is lost",
         old="        self.timeline, self.peak_activations = [], 0\n",
-        new=("        self.module.zero_grad()\n        self.timeline, self.peak_activations = [], 0\n"),
+        new="        self.module.zero_grad()\n        self.timeline, self.peak_activations = [], 0\n",
         caught_by=PIPELINE("adds_to_grad and 1f1b", "two train steps per step"),
     ),
     Mutant(
@@ -868,7 +868,7 @@ MUTANTS = [
         "accounting",
         "Bubble as Megatron's ratio to the ideal time, (p-1)/(v*m), not a fraction of the step",
         old='v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)',
-        new=('v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)\n    return (p - 1) / (v * m)'),
+        new='v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)\n    return (p - 1) / (v * m)',
         caught_by=ACCOUNTING("bubble_and_ring", "p4 m8: expected"),
     ),
     Mutant(
@@ -900,7 +900,7 @@ MUTANTS = [
         "accounting",
         "zero_memory_per_gpu treats any stage above 3 as stage 3 instead of rejecting it",
         old="if stage not in (0, 1, 2, 3):",
-        new=("stage = min(stage, 3)\n    if stage not in (0, 1, 2, 3):"),
+        new="stage = min(stage, 3)\n    if stage not in (0, 1, 2, 3):",
         caught_by=ACCOUNTING("bad_input and stage", "instead of raising"),
     ),
     Mutant(
@@ -931,7 +931,7 @@ MUTANTS = [
             "group = dist.new_group(ranks)  # collective: every rank creates every slice's group\n"
             "                if me in ranks:"
         ),
-        new=("if me in ranks:\n                    group = dist.new_group(ranks)"),
+        new="if me in ranks:\n                    group = dist.new_group(ranks)",
         caught_by=MESH(MESH_SLICES, ("in new_group", "in all_reduce")),
     ),
     Mutant(
@@ -1065,7 +1065,7 @@ MUTANTS = [
         "expert_parallel_weights_not_renormalised",
         "expert_parallel",
         "top-k weights are the raw probabilities, not renormalised over the chosen k",
-        old=("        if k > 1:\n            weights = weights / weights.sum(dim=-1, keepdim=True)\n"),
+        old="        if k > 1:\n            weights = weights / weights.sum(dim=-1, keepdim=True)\n",
         new="",
         caught_by=EP(f"{EP_MATCH}[w2-top2]", "output (rows of rank 0)"),
     ),
@@ -1136,8 +1136,8 @@ MUTANTS = [
         "expert_parallel_no_validation",
         "expert_parallel",
         "num_experts not divisible by the EP size is accepted (experts silently lost)",
-        old=("        if num_experts % world != 0:\n            raise ValueError("),
-        new=("        if False:\n            raise ValueError("),
+        old="if num_experts % world != 0:",
+        new="if False:",
         caught_by=EP(
             "::test_bad_input_raises_on_every_rank_before_communicating[w2-num_experts-not-divisible]",
             "expected ValueError, but the call returned normally",
