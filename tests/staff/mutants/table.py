@@ -472,8 +472,8 @@ MUTANTS = [
     Mutant(
         "sharded_optimizer_add_group_ignored",
         "sharded_optimizer",
-        "add_param_group after construction records the group but never gives it to the inner optimizer: "
-        "parameters added mid-training are never updated",
+        "add_param_group once training has started (the inner optimizer has state) records the group but never "
+        "gives it to the inner optimizer: parameters added mid-training are never updated",
         old="if not owned:",
         new="if not owned or (self._local is not None and self._local.state):",
         caught_by=(ZERO_HIDDEN("stage1 and adamw", "after step 2"), ZERO("stage1_matches and sgd", "after step 2, 3.")),
