@@ -20,39 +20,19 @@ from tests.harness import assert_ranks_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
+from tests.oracles.fsdp import (
+    FSDP_LR,
+    FSDP_OPTIMIZERS,
+    FSDP_STEPS,
+    fsdp_batch,
+    fsdp_oracle,
+    make_fsdp_model,
+)
 
-D_MODEL, D_FF, BATCH = 16, 32, 4  # as in tests/test_sharded_optimizer.py
-
-
-FSDP_STEPS, FSDP_LR = 3, 1e-3
-# Adam is blind to the scale of the gradient (a sum instead of a mean steps the same), so SGD, which
-# is not, also runs: together they check both the averaging and the optimizer on shards.
-FSDP_OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": FSDP_LR}), "sgd": (torch.optim.SGD, {"lr": 0.05})}
 # bfloat16 keeps 8 bits of mantissa: losses and parameters are compared to the fp32 oracle with the
 # table's bfloat16 tolerance (rtol 1.6e-2, atol 1e-2); with lr 1e-3, 3 AdamW steps move a weight by at
 # most ~3e-3, so the parameter check mostly guards against bf16 leaking into the fp32 shards.
 COMPUTE_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
-
-
-def make_fsdp_model(name: str) -> torch.nn.Module:
-    """deep_mlp: residual blocks and LayerNorms; tied: a weight used by two Linears plus a frozen
-    parameter; embedding: an Embedding feeding a Linear (indices in, no grad for the input)."""
-    from cs336_systems.models import ToyModelWithTiedWeights
-
-    torch.manual_seed(0)
-    if name == "deep_mlp":
-        return DeepMLP(2, D_MODEL, D_FF)
-    if name == "tied":
-        return ToyModelWithTiedWeights(10, 5)
-    return torch.nn.Sequential(torch.nn.Embedding(13, D_MODEL), torch.nn.Linear(D_MODEL, D_MODEL))
-
-
-def fsdp_batch(name: str, step: int, rank: int):
-    gen = torch.Generator().manual_seed(7000 + 100 * step + rank)
-    if name == "embedding":
-        return torch.randint(0, 13, (BATCH, 3), generator=gen), torch.randn(BATCH, 3, D_MODEL, generator=gen)
-    d_in, d_out = (10, 5) if name == "tied" else (D_MODEL, D_MODEL)
-    return torch.randn(BATCH, d_in, generator=gen), torch.randn(BATCH, d_out, generator=gen)
 
 
 class _MatmulDtypes:
@@ -96,36 +76,6 @@ def fsdp_train_rank(ctx, name: str, dtype_name: str, opt_name: str):
         history.append({"loss": loss.detach(), "state": fsdp.gather_full_params()})
     shard_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in fsdp.parameters()})
     return history, sorted(matmuls.dtypes), shard_dtypes
-
-
-def fsdp_oracle(name: str, world_size: int, opt_name: str, ranks: list[int] | None = None):
-    """Per step: each rank's loss before the step, and the state dict after it (plain model, the optimizer
-    on the mean of the ranks' grads). ``ranks``: whose batches make the step (default all of them)."""
-    model = make_fsdp_model(name)
-    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
-    opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
-    history = []
-    for step in range(FSDP_STEPS):
-        grads = {id(p): torch.zeros_like(p) for p in model.parameters()}
-        losses = []
-        for rank in ranks if ranks is not None else range(world_size):
-            model.zero_grad()
-            x, y = fsdp_batch(name, step, rank)
-            losses.append(torch.nn.functional.mse_loss(model(x), y))
-            losses[-1].backward()
-            for p in model.parameters():
-                if p.grad is not None:
-                    grads[id(p)] += p.grad / world_size
-        for p in model.parameters():
-            p.grad = grads[id(p)] if p.requires_grad else None
-        opt.step()
-        history.append(
-            {
-                "losses": [loss.detach() for loss in losses],
-                "state": {k: v.clone() for k, v in model.state_dict().items()},
-            }
-        )
-    return history
 
 
 @pytest.mark.task3_3

@@ -18,39 +18,29 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from cs336_systems.models import DeepMLP
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
+from tests.oracles.mesh import (
+    D_FF,
+    D_MODEL,
+    LAYERS,
+    MICROBATCHES,
+    OPTIMIZERS,
+    check_mesh_training,
+    coords_of,
+    dense_oracle,
+    mesh_batches,
+    mesh_rank,
+    slice_of,
+    stage_layers,
+    trainer_rank,
+)
 
-# ---------------------------------------------------------------------------------------------
-# Oracles: the row-major layout, written as arithmetic (independent of any implementation).
-# ---------------------------------------------------------------------------------------------
-
-
-def coords_of(rank: int, shape: dict[str, int]) -> dict[str, int]:
-    """Global rank -> coordinates, last axis fastest: rank = sum_i c_i * prod_{j>i} n_j."""
-    out = {}
-    for axis in reversed(list(shape)):
-        rank, out[axis] = divmod(rank, shape[axis])
-    return {axis: out[axis] for axis in shape}
-
-
-def rank_of(coords: dict[str, int], shape: dict[str, int]) -> int:
-    rank = 0
-    for axis, n in shape.items():
-        rank = rank * n + coords[axis]
-    return rank
-
-
-def slice_of(rank: int, shape: dict[str, int], axis: str) -> list[int]:
-    """The ranks sharing every coordinate but ``axis`` with ``rank``, by increasing coordinate on it."""
-    c = coords_of(rank, shape)
-    return [rank_of({**c, axis: i}, shape) for i in range(shape[axis])]
-
+# The oracles (the row-major layout as arithmetic, dense training) are in tests/oracles/mesh.py.
 
 # Meshes of 2, 3 and 4 axes for every world size the suite runs (ids say the shape).
 MESHES = [
@@ -74,30 +64,6 @@ def _meshes_for(world_size: int) -> list[dict[str, int]]:
 # ---------------------------------------------------------------------------------------------
 # ## Task 7.1: ProcessMesh
 # ---------------------------------------------------------------------------------------------
-
-
-def mesh_rank(ctx, shapes):
-    M = ctx.load("mesh")
-    from torch.distributed.device_mesh import init_device_mesh
-
-    out = []
-    for shape in shapes:
-        mesh = M.ProcessMesh(shape)
-        torch_mesh = init_device_mesh("cpu", tuple(shape.values()), mesh_dim_names=tuple(shape))
-        got = {"coords": mesh.coords(), "axes": {}}
-        for axis in shape:
-            group_ranks = dist.get_process_group_ranks(mesh.group(axis))
-            # Traffic check: the sum of the global ranks over the group is the slice's sum.
-            x = torch.tensor([float(ctx.rank)])
-            dist.all_reduce(x, group=mesh.group(axis))
-            got["axes"][axis] = {
-                "ranks": mesh.ranks(axis), "rank": mesh.rank(axis), "size": mesh.size(axis),
-                "group_ranks": group_ranks, "sum": x.item(),
-                "torch": dist.get_process_group_ranks(torch_mesh.get_group(axis)),
-                "torch_rank": torch_mesh.get_local_rank(axis),
-            }  # fmt: skip
-        out.append(got)
-    return out
 
 
 @pytest.mark.task7_1
@@ -130,36 +96,8 @@ def test_mesh_slices_match_row_major_order_and_init_device_mesh(world_size):
 # ## Task 7.2: HSDP
 # ---------------------------------------------------------------------------------------------
 
-D_MODEL, D_FF, LAYERS = 8, 16, 3
-OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1}), "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1})}
 # (replicas R, shards S) per world size
 HSDP_MESHES = {1: [(1, 1)], 2: [(2, 1), (1, 2)], 3: [(1, 3), (3, 1)], 4: [(2, 2)], 8: [(2, 4)]}
-
-
-def _batches(steps: int, batch: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, D_MODEL, generator=g), torch.randn(batch, D_MODEL, generator=g)) for _ in range(steps)]
-
-
-def dense_oracle(batches, opt_name: str, slices: int, seed: int = 0):
-    """One process, the whole batch: per step, the loss of each of ``slices`` equal slices of the
-    batch (before the step) and the state dict after the step."""
-    torch.manual_seed(seed)
-    model = DeepMLP(LAYERS, D_MODEL, D_FF)
-    cls, kwargs = OPTIMIZERS[opt_name]
-    opt = cls(model.parameters(), **kwargs)
-    losses, states = [], []
-    for x, y in batches:
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        with torch.no_grad():
-            losses.append(
-                [nn.functional.mse_loss(model(xs), ys).item() for xs, ys in zip(x.chunk(slices), y.chunk(slices))]
-            )
-        opt.step()
-        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
-    return losses, states
 
 
 def hsdp_rank(ctx, shape, opt_name, batches, record_step):
@@ -188,7 +126,7 @@ def hsdp_rank(ctx, shape, opt_name, batches, record_step):
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_hsdp_training_matches_one_process_on_the_whole_batch(world_size, opt_name):
     """HSDP's full parameters equal one process's on the whole batch after every step, on every rank."""
-    batches = _batches(steps=2, batch=2 * world_size)
+    batches = mesh_batches(steps=2, batch=2 * world_size)
     _, states = dense_oracle(batches, opt_name, slices=1)
     for replicas, shards in HSDP_MESHES[world_size]:
         shape = {"replicate": replicas, "shard": shards}
@@ -206,7 +144,7 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
     gradient is all-reduced once across the replicate slice."""
     replicas, shards = HSDP_MESHES[world_size][0]
     shape = {"replicate": replicas, "shard": shards}
-    outs = run_ranks(world_size, hsdp_rank, shape, "sgd", _batches(2, 2 * world_size), record_step=1)
+    outs = run_ranks(world_size, hsdp_rank, shape, "sgd", mesh_batches(2, 2 * world_size), record_step=1)
     dense = dict(DeepMLP(LAYERS, D_MODEL, D_FF).named_parameters())
     weights = [n for n in dense if n.endswith("weight") and dense[n].dim() == 2]
     for rank, out in enumerate(outs):
@@ -248,7 +186,6 @@ SCHEMES = {
     "pp2": {"dp": 1, "pp": 2, "tp": 1}, "dp2xtp2": {"dp": 2, "pp": 1, "tp": 2}, "dp2xpp2": {"dp": 2, "pp": 2, "tp": 1},
     "pp2xtp2": {"tp": 2, "pp": 2, "dp": 1}, "3d": {"dp": 2, "pp": 2, "tp": 2},
 }  # fmt: skip
-MICROBATCHES = 2
 
 
 def _schemes(world_size: int, names=None) -> list[str]:
@@ -258,73 +195,15 @@ def _schemes(world_size: int, names=None) -> list[str]:
     return found
 
 
-def _stage_layers(num_layers: int, pp: int, stage: int) -> range:
-    sizes = [num_layers // pp + (s < num_layers % pp) for s in range(pp)]
-    return range(sum(sizes[:stage]), sum(sizes[: stage + 1]))
-
-
-def _tp_slice(name: str, full: torch.Tensor, tp: int, tp_rank: int) -> torch.Tensor:
-    """This tp rank's piece of a dense parameter: fc1 by rows (output features), fc2's weight by
-    columns (input features), everything else replicated."""
-    if ".mlp.fc1." in name:
-        return full.chunk(tp, dim=0)[tp_rank]
-    if name.endswith(".mlp.fc2.weight"):
-        return full.chunk(tp, dim=1)[tp_rank]
-    return full
-
-
-def trainer_rank(ctx, shape, opt_name, zero_stage, batches, record_step=-1):
-    M = ctx.load("mesh")
-    torch.manual_seed(0)  # the same dense model on every rank
-    model = DeepMLP(LAYERS, D_MODEL, D_FF)
-    mesh = M.ProcessMesh(shape)
-    cls, kwargs = OPTIMIZERS[opt_name]
-    trainer = M.MeshTrainer(model, mesh, nn.MSELoss(), cls, num_microbatches=MICROBATCHES, zero_stage=zero_stage,
-                            **kwargs)  # fmt: skip
-    dp = coords_of(ctx.rank, shape)["dp"]
-    out = []
-    for step, (x, y) in enumerate(batches):
-        xs, ys = x.chunk(shape["dp"])[dp], y.chunk(shape["dp"])[dp]  # this replica's batch
-        with CommRecorder() as rec:
-            loss = trainer.train_step(xs, ys)
-        params = {k: v.detach().clone() for k, v in trainer.module.named_parameters()}
-        out.append({"loss": loss, "params": params, "events": rec.events if step == record_step else None})
-    return out
-
-
-def _check_training(outs, shape, opt_name, batches, label):
-    losses, states = dense_oracle(batches, opt_name, slices=shape["dp"])
-    pp, tp = shape["pp"], shape["tp"]
-    for rank, steps in enumerate(outs):
-        c = coords_of(rank, shape)
-        layers = _stage_layers(LAYERS + 1, pp, c["pp"])
-        for step, got in enumerate(steps):
-            where = f"rank {rank} {c}, step {step} ({label}, {opt_name})"
-            want_names = {k for k in states[step] if int(k.split(".")[0]) in layers}
-            assert set(got["params"]) == want_names, (
-                f"{where}: this stage holds {sorted(got['params'])}, expected layers {list(layers)}: "
-                f"{sorted(want_names)}"
-            )
-            for name, value in got["params"].items():
-                assert_close(value, _tp_slice(name, states[step][name], tp, c["tp"]), what=f"{where}, {name}")
-            if c["pp"] == pp - 1:
-                want = losses[step][c["dp"]]
-                assert got["loss"] is not None and abs(got["loss"] - want) < 1e-5, (
-                    f"{where}: loss {got['loss']}, expected the replica's mean loss {want:.6f}"
-                )
-            else:
-                assert got["loss"] is None, f"{where}: only the last stage returns the loss, got {got['loss']}"
-
-
 @pytest.mark.task7_3
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))
 def test_mesh_training_matches_one_process_on_the_whole_batch(world_size, opt_name):
     """DP, TP, PP and their products train exactly like one process on the whole batch, every step, every rank."""
-    batches = _batches(steps=2, batch=4 * MICROBATCHES)
+    batches = mesh_batches(steps=2, batch=4 * MICROBATCHES)
     # Every scheme with SGD; AdamW on the issue's three compositions (single axes are parts 2, 4 and 5's).
     for name in _schemes(world_size, None if opt_name == "sgd" else ["dp2xtp2", "dp2xpp2", "3d"]):
         outs = run_ranks(world_size, trainer_rank, SCHEMES[name], opt_name, 0, batches)
-        _check_training(outs, SCHEMES[name], opt_name, batches, name)
+        check_mesh_training(outs, SCHEMES[name], opt_name, batches, name)
 
 
 @pytest.mark.task7_3
@@ -332,10 +211,10 @@ def test_mesh_training_matches_one_process_on_the_whole_batch(world_size, opt_na
 @pytest.mark.parametrize("zero_stage", [1, 2])
 def test_mesh_training_with_zero_over_dp_matches_one_process(world_size, zero_stage):
     """With ZeRO-1/2 over the dp axis (AdamW), training still equals one process on the whole batch."""
-    batches = _batches(steps=2, batch=4 * MICROBATCHES)
+    batches = mesh_batches(steps=2, batch=4 * MICROBATCHES)
     name = "3d" if world_size == 8 else "dp2xtp2"
     outs = run_ranks(world_size, trainer_rank, SCHEMES[name], "adamw", zero_stage, batches)
-    _check_training(outs, SCHEMES[name], "adamw", batches, f"{name}, zero {zero_stage}")
+    check_mesh_training(outs, SCHEMES[name], "adamw", batches, f"{name}, zero {zero_stage}")
 
 
 @pytest.mark.task7_3
@@ -347,7 +226,7 @@ def test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts(world_siz
     batch = 4 * MICROBATCHES
     for name in _schemes(world_size, ["dp2xtp2", "dp2xpp2", "pp2xtp2", "3d"]):
         shape = SCHEMES[name]
-        outs = run_ranks(world_size, trainer_rank, shape, "sgd", 0, _batches(2, batch), record_step=1)
+        outs = run_ranks(world_size, trainer_rank, shape, "sgd", 0, mesh_batches(2, batch), record_step=1)
         microbatch_numel = batch // shape["dp"] // MICROBATCHES * D_MODEL
         for rank, steps in enumerate(outs):
             c = coords_of(rank, shape)
@@ -355,7 +234,7 @@ def test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts(world_siz
             log = f"{name}, rank {rank} {c}, step 1:\n{format_events(steps[1]['events'], limit=80)}"
             tp_slice, dp_slice = tuple(slice_of(rank, shape, "tp")), tuple(slice_of(rank, shape, "dp"))
             pp_slice = slice_of(rank, shape, "pp")
-            blocks = [i for i in _stage_layers(LAYERS + 1, shape["pp"], c["pp"]) if i < LAYERS]
+            blocks = [i for i in stage_layers(LAYERS + 1, shape["pp"], c["pp"]) if i < LAYERS]
             tp_calls = [e for e in events if e.op == "all_reduce" and shape["tp"] > 1 and e.group_ranks == tp_slice]
             dp_calls = [e for e in events if e.op == "all_reduce" and shape["dp"] > 1 and e.group_ranks == dp_slice]
             p2p = [e for e in events if e.is_p2p]

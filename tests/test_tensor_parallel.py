@@ -23,19 +23,23 @@ from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
-
-# (sequence, batch, d_model, d_ff): the sequence and d_ff divide by 1, 2 and 4.
-S, B, D, DFF = 8, 2, 12, 32
-DT = torch.float64  # exact enough that a misplaced 1/T or a doubled bias cannot hide in the tolerance
-
-
-def _rand(*shape, seed: int, dtype=DT) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
-
-
-def _dense_mlp(seed: int = 0, bias: bool = True, dtype=DT) -> MLP:
-    torch.manual_seed(seed)
-    return MLP(D, DFF, bias=bias).to(dtype)
+from tests.oracles.tensor_parallel import (
+    DFF,
+    DT,
+    MLP_SHARDS,
+    B,
+    D,
+    S,
+    check_shards,
+    dense_mlp,
+    dense_run,
+    mlp_rank,
+    my_group,
+    run_mlp,
+    tp_chunk,
+    tp_grads,
+    tp_rand,
+)
 
 
 def _dense_linear(in_features: int, out_features: int, bias: bool, seed: int = 0) -> nn.Linear:
@@ -44,10 +48,6 @@ def _dense_linear(in_features: int, out_features: int, bias: bool, seed: int = 0
     if bias:  # nn.Linear's bias is small; make it large enough that adding it twice is obvious
         nn.init.uniform_(layer.bias, -1.0, 1.0)
     return layer
-
-
-def _chunk(t: torch.Tensor, rank: int, world_size: int, dim: int) -> torch.Tensor:
-    return t.chunk(world_size, dim=dim)[rank]
 
 
 def kind(event) -> str:
@@ -62,10 +62,6 @@ def kind(event) -> str:
 
 def kinds(events) -> list[str]:
     return [kind(e) for e in calls(events)]
-
-
-def _grads(module: nn.Module) -> dict[str, torch.Tensor | None]:
-    return {n: (p.grad.detach().clone() if p.grad is not None else None) for n, p in module.named_parameters()}
 
 
 # -- Task 4.1: the six conjugate functions, each alone ---------------------------------------------
@@ -86,18 +82,10 @@ COMM = {
 }
 
 
-def _my_group(ctx, groups):
-    """None (WORLD) or this rank's TP group; every rank creates every group, in the same order."""
-    if groups is None:
-        return None
-    made = [torch.distributed.new_group(g) for g in groups]
-    return next(pg for pg, g in zip(made, groups) if ctx.rank in g)
-
-
 def conjugate_rank(ctx, name: str, xs, gs, groups=None):
     """Apply one function to this rank's x, backpropagate this rank's upstream gradient g."""
     TP = ctx.load("tensor_parallel")
-    group = _my_group(ctx, groups)
+    group = my_group(ctx, groups)
     x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
     before = x.detach().clone()
     with CommRecorder() as fwd:
@@ -119,10 +107,10 @@ def _conjugate_oracle(name: str, xs, gs, members: list[int], rank: int):
     oracles = {  # lazily: each entry only makes sense for its own function's shapes
         "copy_to_tp_region": lambda: (x, gsum),
         "reduce_from_tp_region": lambda: (xsum, g),
-        "scatter_to_tp_region": lambda: (_chunk(x, r, T, -1), cat(gs, -1)),
-        "gather_from_tp_region": lambda: (cat(xs, -1), _chunk(g, r, T, -1)),
-        "reduce_scatter_to_sp_region": lambda: (_chunk(xsum, r, T, 0), cat(gs, 0)),
-        "all_gather_from_sp_region": lambda: (cat(xs, 0), _chunk(gsum, r, T, 0)),
+        "scatter_to_tp_region": lambda: (tp_chunk(x, r, T, -1), cat(gs, -1)),
+        "gather_from_tp_region": lambda: (cat(xs, -1), tp_chunk(g, r, T, -1)),
+        "reduce_scatter_to_sp_region": lambda: (tp_chunk(xsum, r, T, 0), cat(gs, 0)),
+        "all_gather_from_sp_region": lambda: (cat(xs, 0), tp_chunk(gsum, r, T, 0)),
     }
     return oracles[name]()
 
@@ -159,8 +147,8 @@ def _check_conjugate(outs, name, xs, gs, groups) -> None:
 @pytest.mark.parametrize("name", CONJUGATES)
 def test_conjugate_function_forward_backward_and_communication(world_size, name):
     """Forward output and input gradient equal the oracle; communication happens in one direction."""
-    xs = [_rand(*X_SHAPE, seed=10 + r) for r in range(world_size)]
-    gs = [_rand(*_upstream_shape(name, world_size), seed=100 + r) for r in range(world_size)]
+    xs = [tp_rand(*X_SHAPE, seed=10 + r) for r in range(world_size)]
+    gs = [tp_rand(*_upstream_shape(name, world_size), seed=100 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs)
     _check_conjugate(outs, name, xs, gs, [list(range(world_size))])
 
@@ -173,8 +161,8 @@ def test_conjugate_function_stays_inside_its_group(world_size, name):
 
     With group= two TP groups {0, 1} and {2, 3}: sums and concatenations only within the group."""
     groups = [[0, 1], [2, 3]]
-    xs = [_rand(*X_SHAPE, seed=20 + r) for r in range(world_size)]
-    gs = [_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
+    xs = [tp_rand(*X_SHAPE, seed=20 + r) for r in range(world_size)]
+    gs = [tp_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs, groups)
     _check_conjugate(outs, name, xs, gs, groups)
 
@@ -191,7 +179,7 @@ def all_conjugates_rank(ctx, xs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_conjugate_functions_keep_the_dtype(world_size, dtype):
     """float32 and bfloat16 inputs give outputs of the same dtype and the oracle's values."""
-    xs = [_rand(*X_SHAPE, seed=50 + r, dtype=dtype) for r in range(world_size)]
+    xs = [tp_rand(*X_SHAPE, seed=50 + r, dtype=dtype) for r in range(world_size)]
     outs = run_ranks(world_size, all_conjugates_rank, xs)
     members = list(range(world_size))
     for rank, out in enumerate(outs):
@@ -217,23 +205,7 @@ def linear_rank(ctx, cls: str, state, x, g, option: bool):
         y = layer(x)
         y.backward(g[ctx.rank].to(ctx.device))
     params = {n: p.detach() for n, p in layer.named_parameters()}
-    return {"y": y, "x_grad": x.grad, "params": params, "grads": _grads(layer), "events": rec.events}
-
-
-def _dense_run(dense: nn.Module, x: torch.Tensor, g: torch.Tensor):
-    """Dense forward and backward of sum(y * g): (y, x.grad, {name: grad})."""
-    x = x.clone().requires_grad_(True)
-    y = dense(x)
-    y.backward(g)
-    return y.detach(), x.grad, {n: p.grad for n, p in dense.named_parameters()}
-
-
-def _check_shards(out, dense_tensors: dict, shard_dims: dict, rank: int, world: int, what: str) -> None:
-    """Every shard equals the matching slice of the dense tensor (dim None = replicated, whole)."""
-    __tracebackhide__ = True
-    for name, dim in shard_dims.items():
-        want = dense_tensors[name] if dim is None else _chunk(dense_tensors[name], rank, world, dim)
-        assert_close(out[name], want, what=f"rank {rank}, {what} {name}")
+    return {"y": y, "x_grad": x.grad, "params": params, "grads": tp_grads(layer), "events": rec.events}
 
 
 @pytest.mark.task4_2
@@ -245,17 +217,17 @@ def test_column_parallel_linear_matches_the_dense_slice(world_size, gather_outpu
     Rank r's output is columns r of the dense output (or all of it, gathered); x.grad is the dense
     x.grad on every rank (f all-reduced it); weight/bias grads are rows r of the dense grads."""
     dense = _dense_linear(D, DFF, bias)
-    x, G = _rand(S, B, D, seed=1), _rand(S, B, DFF, seed=2)
-    y, x_grad, grads = _dense_run(dense, x, G)
-    gs = [G if gather_output else _chunk(G, r, world_size, -1) for r in range(world_size)]
+    x, G = tp_rand(S, B, D, seed=1), tp_rand(S, B, DFF, seed=2)
+    y, x_grad, grads = dense_run(dense, x, G)
+    gs = [G if gather_output else tp_chunk(G, r, world_size, -1) for r in range(world_size)]
     outs = run_ranks(world_size, linear_rank, "ColumnParallelLinear", dense.state_dict(), [x] * world_size, gs,
                      gather_output)  # fmt: skip
     shard_dims = {"weight": 0, "bias": 0} if bias else {"weight": 0}
     for r, out in enumerate(outs):
-        assert_close(out["y"], y if gather_output else _chunk(y, r, world_size, -1), what=f"rank {r}, output")
+        assert_close(out["y"], y if gather_output else tp_chunk(y, r, world_size, -1), what=f"rank {r}, output")
         assert_close(out["x_grad"], x_grad, what=f"rank {r}, gradient of the input x")
-        _check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
-        _check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
+        check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
+        check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
 
 
 @pytest.mark.task4_3
@@ -267,18 +239,18 @@ def test_row_parallel_linear_matches_dense_and_adds_the_bias_once(world_size, in
     The output is the full dense output on every rank (partial sums all-reduced, bias added once);
     weight grads are columns r of the dense grad; the replicated bias gets the whole dense grad."""
     dense = _dense_linear(DFF, D, bias)
-    x, G = _rand(S, B, DFF, seed=3), _rand(S, B, D, seed=4)
-    y, x_grad, grads = _dense_run(dense, x, G)
-    xs = [x if not input_is_parallel else _chunk(x, r, world_size, -1) for r in range(world_size)]
+    x, G = tp_rand(S, B, DFF, seed=3), tp_rand(S, B, D, seed=4)
+    y, x_grad, grads = dense_run(dense, x, G)
+    xs = [x if not input_is_parallel else tp_chunk(x, r, world_size, -1) for r in range(world_size)]
     outs = run_ranks(world_size, linear_rank, "RowParallelLinear", dense.state_dict(), xs, [G] * world_size,
                      input_is_parallel)  # fmt: skip
     shard_dims = {"weight": 1, "bias": None} if bias else {"weight": 1}
     for r, out in enumerate(outs):
         assert_close(out["y"], y, what=f"rank {r}, output (the bias must be added once, after the sum)")
-        want_x_grad = x_grad if not input_is_parallel else _chunk(x_grad, r, world_size, -1)
+        want_x_grad = x_grad if not input_is_parallel else tp_chunk(x_grad, r, world_size, -1)
         assert_close(out["x_grad"], want_x_grad, what=f"rank {r}, gradient of the input x")
-        _check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
-        _check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
+        check_shards(out["params"], dict(dense.named_parameters()), shard_dims, r, world_size, "parameter")
+        check_shards(out["grads"], grads, shard_dims, r, world_size, "gradient of")
 
 
 def fresh_layer_rank(ctx, layer: str):
@@ -319,49 +291,21 @@ def test_fresh_layers_have_shard_shapes_linear_init_and_a_replicated_row_bias(wo
 # -- Task 4.4: the tensor-parallel MLP; Task 4.5: with sequence parallelism ------------------------
 
 
-def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True, groups=None):
-    """One forward and backward of the TP MLP; forward and backward communication recorded apart."""
-    TP = ctx.load("tensor_parallel")
-    group = _my_group(ctx, groups)
-    dense = MLP(D, DFF, bias=bias).to(DT)
-    dense.load_state_dict(state)
-    mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), group, sequence_parallel=sequence_parallel)
-    x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
-    with CommRecorder() as fwd:
-        y = mlp(x)
-    with CommRecorder() as bwd:
-        y.backward(gs[ctx.rank].to(ctx.device))
-    shapes = {n: tuple(p.shape) for n, p in mlp.named_parameters()}
-    return {"y": y, "x_grad": x.grad, "grads": _grads(mlp), "shapes": shapes, "fwd": fwd.events, "bwd": bwd.events}
-
-
-MLP_SHARDS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1, "fc2.bias": None}
 # The MLP without (task 4.4) and with (task 4.5) sequence parallelism.
 TP_OR_SP = [pytest.param(False, id="tp", marks=pytest.mark.task4_4),
             pytest.param(True, id="tp+sp", marks=pytest.mark.task4_5)]  # fmt: skip
-
-
-def _run_mlp(world_size: int, sequence_parallel: bool, bias: bool = True):
-    """(rank outputs, dense y, dense x.grad, dense grads); with SP rank r gets rows r of x and G."""
-    dense = _dense_mlp(bias=bias)
-    x, G = _rand(S, B, D, seed=5), _rand(S, B, D, seed=6)
-    y, x_grad, grads = _dense_run(dense, x, G)
-    local = (lambda t, r: _chunk(t, r, world_size, 0)) if sequence_parallel else (lambda t, r: t)
-    xs, gs = [local(x, r) for r in range(world_size)], [local(G, r) for r in range(world_size)]
-    outs = run_ranks(world_size, mlp_rank, dense.state_dict(), xs, gs, sequence_parallel, bias)
-    return outs, local, y, x_grad, grads
 
 
 @pytest.mark.task4_4
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 def test_tp_mlp_matches_the_dense_mlp_outputs_and_gradients(world_size, bias):
     """Output and x.grad equal the dense MLP's on every rank; each shard's grad is its dense slice."""
-    outs, _, y, x_grad, grads = _run_mlp(world_size, False, bias)
+    outs, _, y, x_grad, grads = run_mlp(world_size, False, bias)
     shards = {n: d for n, d in MLP_SHARDS.items() if bias or "bias" not in n}
     for r, out in enumerate(outs):
         assert_close(out["y"], y, what=f"rank {r}, TP MLP output")
         assert_close(out["x_grad"], x_grad, what=f"rank {r}, gradient of the input x")
-        _check_shards(out["grads"], grads, shards, r, world_size, "gradient of")
+        check_shards(out["grads"], grads, shards, r, world_size, "gradient of")
 
 
 @pytest.mark.task4_5
@@ -370,11 +314,11 @@ def test_sequence_parallel_mlp_matches_the_dense_rows(world_size):
 
     With SP rank r holds rows r of x (dim 0, the sequence): its output and x.grad are rows r of the
     dense ones, and every parameter's grad (the replicated fc2.bias too) equals its dense slice."""
-    outs, local, y, x_grad, grads = _run_mlp(world_size, True)
+    outs, local, y, x_grad, grads = run_mlp(world_size, True)
     for r, out in enumerate(outs):
         assert_close(out["y"], local(y, r), what=f"rank {r}, sequence-parallel output (rows {r} of {world_size})")
         assert_close(out["x_grad"], local(x_grad, r), what=f"rank {r}, gradient of this rank's rows of x")
-        _check_shards(out["grads"], grads, MLP_SHARDS, r, world_size, "gradient of")
+        check_shards(out["grads"], grads, MLP_SHARDS, r, world_size, "gradient of")
 
 
 def _check_comm(outs, expected_fwd, expected_bwd, activation_numel: int, what: str) -> None:
@@ -402,7 +346,7 @@ def test_tp_mlp_makes_one_all_reduce_per_pass_and_stores_1_over_t_of_the_weights
 
     Forward: one all-reduce of (s, b, d_model) (g after fc2); backward: one (f before fc1).
     Each rank stores 1/T of fc1.weight and fc2.weight; fc2.bias is replicated."""
-    outs, *_ = _run_mlp(world_size, False)
+    outs, *_ = run_mlp(world_size, False)
     _check_comm(outs, ["all_reduce"], ["all_reduce"], {"all_reduce": S * B * D}, "TP MLP")
     want = {"fc1.weight": (DFF // world_size, D), "fc1.bias": (DFF // world_size,),
             "fc2.weight": (D, DFF // world_size), "fc2.bias": (D,)}  # fmt: skip
@@ -417,7 +361,7 @@ def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_s
 
     Forward: all-gather of x's rows (s/T, b, d) then reduce-scatter of (s, b, d); backward: the
     same two (the reduce-scatter's backward all-gathers, the all-gather's reduce-scatters). No all-reduce."""
-    outs, *_ = _run_mlp(world_size, True)
+    outs, *_ = run_mlp(world_size, True)
     sizes = {"all_gather": S * B * D // world_size, "reduce_scatter": S * B * D}
     _check_comm(outs, ["all_gather", "reduce_scatter"], ["all_gather", "reduce_scatter"], sizes, "SP MLP")
 
@@ -430,10 +374,10 @@ def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
     2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
     batch; every rank matches the dense MLP on its group's batch, and no message leaves the group."""
     groups = [[0, 1], [2, 3]]
-    dense = _dense_mlp(seed=3)
-    batches = [(_rand(S, B, D, seed=60 + i), _rand(S, B, D, seed=70 + i)) for i in range(2)]
-    dense_runs = [_dense_run(copy.deepcopy(dense), x, G) for x, G in batches]  # fresh grads each
-    local = (lambda t, r: _chunk(t, r % 2, 2, 0)) if sequence_parallel else (lambda t, r: t)
+    dense = dense_mlp(seed=3)
+    batches = [(tp_rand(S, B, D, seed=60 + i), tp_rand(S, B, D, seed=70 + i)) for i in range(2)]
+    dense_runs = [dense_run(copy.deepcopy(dense), x, G) for x, G in batches]  # fresh grads each
+    local = (lambda t, r: tp_chunk(t, r % 2, 2, 0)) if sequence_parallel else (lambda t, r: t)
     xs = [local(batches[r // 2][0], r) for r in range(world_size)]
     gs = [local(batches[r // 2][1], r) for r in range(world_size)]
     outs = run_ranks(world_size, mlp_rank, dense.state_dict(), xs, gs, sequence_parallel, True, groups)
@@ -442,7 +386,7 @@ def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
         what = f"rank {r} in TP group {groups[r // 2]}"
         assert_close(out["y"], local(y, r), what=f"{what}, output")
         assert_close(out["x_grad"], local(x_grad, r), what=f"{what}, gradient of the input x")
-        _check_shards(out["grads"], grads, MLP_SHARDS, r % 2, 2, f"(global rank {r}) gradient of")
+        check_shards(out["grads"], grads, MLP_SHARDS, r % 2, 2, f"(global rank {r}) gradient of")
         for e in calls(out["fwd"] + out["bwd"]):
             assert e.group_ranks == tuple(groups[r // 2]), f"{what}: {e.op} went to {e.group_ranks}"
 
@@ -458,7 +402,7 @@ def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
     for x, target in batches:
         x, target = x.to(ctx.device), target.to(ctx.device)
         if sequence_parallel:  # this rank's rows; the local sums add up to the dense mean over all rows
-            x, target = _chunk(x, ctx.rank, ctx.world_size, 0), _chunk(target, ctx.rank, ctx.world_size, 0)
+            x, target = tp_chunk(x, ctx.rank, ctx.world_size, 0), tp_chunk(target, ctx.rank, ctx.world_size, 0)
         loss = ((mlp(x) - target) ** 2).sum() / (S * B * D)
         opt.zero_grad()
         loss.backward()
@@ -473,9 +417,9 @@ def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, se
 
     After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
     on the same batches in one process (so any wrong gradient scale shows up at step 1)."""
-    dense = _dense_mlp(seed=7)
+    dense = dense_mlp(seed=7)
     state = {k: v.clone() for k, v in dense.state_dict().items()}
-    batches = [(_rand(S, B, D, seed=30 + i), _rand(S, B, D, seed=40 + i)) for i in range(3)]
+    batches = [(tp_rand(S, B, D, seed=30 + i), tp_rand(S, B, D, seed=40 + i)) for i in range(3)]
     history = run_ranks(world_size, training_rank, state, batches, sequence_parallel, 0.5)
     opt = torch.optim.SGD(dense.parameters(), lr=0.5, momentum=0.9)
     for step, (x, target) in enumerate(batches):
@@ -491,7 +435,7 @@ def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, se
             got = history[r][step]
             if not sequence_parallel:
                 assert_close(got["loss"], loss.detach(), what=f"rank {r}, step {step}, loss")
-            _check_shards(got["params"], params, MLP_SHARDS, r, world_size, f"step {step}, parameter")
+            check_shards(got["params"], params, MLP_SHARDS, r, world_size, f"step {step}, parameter")
 
 
 # -- bad input: a clear error on every rank, before any communication ------------------------------

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.harness import CONFIG
-from tests.test_ddp import check_training_matches_one_process, variant_params
+from tests.oracles.ddp import check_training_matches_one_process, variant_params
 
 
 @pytest.mark.parametrize("variant", variant_params(["naive", "flat", "individual", "bucketed-0.002MiB"]))

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.harness import assert_close, run_ranks
-from tests.test_fsdp import FSDP_OPTIMIZERS, FSDP_STEPS, fsdp_batch, fsdp_oracle, make_fsdp_model
+from tests.oracles.fsdp import FSDP_OPTIMIZERS, FSDP_STEPS, fsdp_batch, fsdp_oracle, make_fsdp_model
 
 GROUPS = [[0, 1], [2, 3]]
 STEPS = FSDP_STEPS  # as many as the oracle takes

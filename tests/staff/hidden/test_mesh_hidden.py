@@ -14,10 +14,10 @@ import pytest
 
 from tests.harness import run_ranks
 from tests.harness.recorder import calls, format_events
-from tests.test_mesh import (
-    _batches,
-    _check_training,
+from tests.oracles.mesh import (
+    check_mesh_training,
     coords_of,
+    mesh_batches,
     mesh_rank,
     slice_of,
     trainer_rank,
@@ -45,16 +45,16 @@ def test_mesh_with_axes_of_size_three_is_row_major(n):
 def test_three_stage_pipeline_trains_like_one_process():
     """DP 1 x PP 3 x TP 1 with AdamW: every stage's parameters equal one process's after every step."""
     shape = {"dp": 1, "pp": 3, "tp": 1}
-    batches = _batches(steps=2, batch=8)
+    batches = mesh_batches(steps=2, batch=8)
     outs = run_ranks(3, trainer_rank, shape, "adamw", 0, batches)
-    _check_training(outs, shape, "adamw", batches, "pp3")
+    check_mesh_training(outs, shape, "adamw", batches, "pp3")
 
 
 @pytest.mark.task7_3
 def test_zero2_reduce_scatters_instead_of_all_reducing_over_dp():
     """With ZeRO-2 the dp slice sees reduce-scatters and all-gathers of the gradients, never an all-reduce."""
     shape = {"dp": 2, "pp": 1, "tp": 2}
-    outs = run_ranks(4, trainer_rank, shape, "sgd", 2, _batches(2, 8), record_step=1)
+    outs = run_ranks(4, trainer_rank, shape, "sgd", 2, mesh_batches(2, 8), record_step=1)
     for rank, steps in enumerate(outs):
         dp_slice = tuple(slice_of(rank, shape, "dp"))
         events = [e for e in calls(steps[1]["events"]) if e.group_ranks == dp_slice]

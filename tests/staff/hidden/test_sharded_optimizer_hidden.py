@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.harness import CONFIG
-from tests.test_sharded_optimizer import OPTIMIZERS, STAGES, assert_params_match_the_oracle
+from tests.oracles.sharded_optimizer import OPTIMIZERS, STAGES, assert_params_match_the_oracle
 
 
 @pytest.mark.parametrize("opt_name", list(OPTIMIZERS))

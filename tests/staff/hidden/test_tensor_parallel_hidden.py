@@ -12,15 +12,15 @@ from __future__ import annotations
 import pytest
 
 from tests.harness import assert_close
-from tests.test_tensor_parallel import MLP_SHARDS, _check_shards, _run_mlp
+from tests.oracles.tensor_parallel import MLP_SHARDS, check_shards, run_mlp
 
 
 @pytest.mark.task4_5
 def test_sequence_parallel_mlp_without_biases_matches_the_dense_rows(world_size):
     """Without biases, the sequence-parallel MLP's output and x.grad are still rows r of the dense MLP's."""
-    outs, local, y, x_grad, grads = _run_mlp(world_size, True, bias=False)
+    outs, local, y, x_grad, grads = run_mlp(world_size, True, bias=False)
     weights = {name: dim for name, dim in MLP_SHARDS.items() if "bias" not in name}
     for r, out in enumerate(outs):
         assert_close(out["y"], local(y, r), what=f"rank {r}, sequence-parallel output without biases")
         assert_close(out["x_grad"], local(x_grad, r), what=f"rank {r}, gradient of this rank's rows of x (no biases)")
-        _check_shards(out["grads"], grads, weights, r, world_size, "gradient of")
+        check_shards(out["grads"], grads, weights, r, world_size, "gradient of")

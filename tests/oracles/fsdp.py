@@ -1,0 +1,77 @@
+"""The Part 3 FSDP oracle: the test model, its batches and one process's AdamW/SGD steps.
+
+    from tests.oracles.fsdp import FSDP_OPTIMIZERS, FSDP_STEPS, fsdp_batch, fsdp_oracle, make_fsdp_model
+
+``make_fsdp_model`` builds the seeded DeepMLP the FSDP tests shard, ``fsdp_batch`` the seeded batch
+of a step (and rank), ``fsdp_oracle`` the losses and parameters of the whole model trained in one
+process on the whole batch with one of ``FSDP_OPTIMIZERS`` for ``FSDP_STEPS`` steps.
+
+Used by tests/test_fsdp.py and tests/staff/hidden/test_fsdp_hidden.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cs336_systems.models import DeepMLP
+
+D_MODEL, D_FF, BATCH = 16, 32, 4  # as in tests/test_sharded_optimizer.py
+
+
+FSDP_STEPS, FSDP_LR = 3, 1e-3
+
+
+# Adam is blind to the scale of the gradient (a sum instead of a mean steps the same), so SGD, which
+# is not, also runs: together they check both the averaging and the optimizer on shards.
+FSDP_OPTIMIZERS = {"adamw": (torch.optim.AdamW, {"lr": FSDP_LR}), "sgd": (torch.optim.SGD, {"lr": 0.05})}
+
+
+def make_fsdp_model(name: str) -> torch.nn.Module:
+    """deep_mlp: residual blocks and LayerNorms; tied: a weight used by two Linears plus a frozen
+    parameter; embedding: an Embedding feeding a Linear (indices in, no grad for the input)."""
+    from cs336_systems.models import ToyModelWithTiedWeights
+
+    torch.manual_seed(0)
+    if name == "deep_mlp":
+        return DeepMLP(2, D_MODEL, D_FF)
+    if name == "tied":
+        return ToyModelWithTiedWeights(10, 5)
+    return torch.nn.Sequential(torch.nn.Embedding(13, D_MODEL), torch.nn.Linear(D_MODEL, D_MODEL))
+
+
+def fsdp_batch(name: str, step: int, rank: int):
+    gen = torch.Generator().manual_seed(7000 + 100 * step + rank)
+    if name == "embedding":
+        return torch.randint(0, 13, (BATCH, 3), generator=gen), torch.randn(BATCH, 3, D_MODEL, generator=gen)
+    d_in, d_out = (10, 5) if name == "tied" else (D_MODEL, D_MODEL)
+    return torch.randn(BATCH, d_in, generator=gen), torch.randn(BATCH, d_out, generator=gen)
+
+
+def fsdp_oracle(name: str, world_size: int, opt_name: str, ranks: list[int] | None = None):
+    """Per step: each rank's loss before the step, and the state dict after it (plain model, the optimizer
+    on the mean of the ranks' grads). ``ranks``: whose batches make the step (default all of them)."""
+    model = make_fsdp_model(name)
+    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
+    opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        grads = {id(p): torch.zeros_like(p) for p in model.parameters()}
+        losses = []
+        for rank in ranks if ranks is not None else range(world_size):
+            model.zero_grad()
+            x, y = fsdp_batch(name, step, rank)
+            losses.append(torch.nn.functional.mse_loss(model(x), y))
+            losses[-1].backward()
+            for p in model.parameters():
+                if p.grad is not None:
+                    grads[id(p)] += p.grad / world_size
+        for p in model.parameters():
+            p.grad = grads[id(p)] if p.requires_grad else None
+        opt.step()
+        history.append(
+            {
+                "losses": [loss.detach() for loss in losses],
+                "state": {k: v.clone() for k, v in model.state_dict().items()},
+            }
+        )
+    return history

@@ -1,0 +1,160 @@
+"""The Part 7 oracles: the row-major mesh layout as arithmetic, and dense training of the mesh model.
+
+    from tests.oracles.mesh import check_mesh_training, coords_of, mesh_batches, mesh_rank, slice_of, trainer_rank
+
+``coords_of``, ``rank_of`` and ``slice_of`` give a rank's coordinates and the ranks of its slice
+along an axis of a row-major mesh, independent of any implementation; ``mesh_rank`` reports what a
+``ProcessMesh`` says about each. ``dense_oracle`` trains the mesh model in one process on the whole
+batch; ``trainer_rank`` trains it on a DP x PP x TP mesh (``stage_layers``, ``tp_shard``: each rank's
+layers and tensor-parallel pieces) and ``check_mesh_training`` compares every rank with the oracle.
+
+Used by tests/test_mesh.py and tests/staff/hidden/test_mesh_hidden.py.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cs336_systems.models import DeepMLP
+from tests.harness import assert_close
+from tests.harness.recorder import CommRecorder
+
+
+def coords_of(rank: int, shape: dict[str, int]) -> dict[str, int]:
+    """Global rank -> coordinates, last axis fastest: rank = sum_i c_i * prod_{j>i} n_j."""
+    out = {}
+    for axis in reversed(list(shape)):
+        rank, out[axis] = divmod(rank, shape[axis])
+    return {axis: out[axis] for axis in shape}
+
+
+def rank_of(coords: dict[str, int], shape: dict[str, int]) -> int:
+    rank = 0
+    for axis, n in shape.items():
+        rank = rank * n + coords[axis]
+    return rank
+
+
+def slice_of(rank: int, shape: dict[str, int], axis: str) -> list[int]:
+    """The ranks sharing every coordinate but ``axis`` with ``rank``, by increasing coordinate on it."""
+    c = coords_of(rank, shape)
+    return [rank_of({**c, axis: i}, shape) for i in range(shape[axis])]
+
+
+def mesh_rank(ctx, shapes):
+    M = ctx.load("mesh")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    out = []
+    for shape in shapes:
+        mesh = M.ProcessMesh(shape)
+        torch_mesh = init_device_mesh("cpu", tuple(shape.values()), mesh_dim_names=tuple(shape))
+        got = {"coords": mesh.coords(), "axes": {}}
+        for axis in shape:
+            group_ranks = dist.get_process_group_ranks(mesh.group(axis))
+            # Traffic check: the sum of the global ranks over the group is the slice's sum.
+            x = torch.tensor([float(ctx.rank)])
+            dist.all_reduce(x, group=mesh.group(axis))
+            got["axes"][axis] = {
+                "ranks": mesh.ranks(axis), "rank": mesh.rank(axis), "size": mesh.size(axis),
+                "group_ranks": group_ranks, "sum": x.item(),
+                "torch": dist.get_process_group_ranks(torch_mesh.get_group(axis)),
+                "torch_rank": torch_mesh.get_local_rank(axis),
+            }  # fmt: skip
+        out.append(got)
+    return out
+
+
+D_MODEL, D_FF, LAYERS = 8, 16, 3
+
+
+OPTIMIZERS = {"sgd": (torch.optim.SGD, {"lr": 0.1}), "adamw": (torch.optim.AdamW, {"lr": 0.01, "weight_decay": 0.1})}
+
+
+def mesh_batches(steps: int, batch: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(batch, D_MODEL, generator=g), torch.randn(batch, D_MODEL, generator=g)) for _ in range(steps)]
+
+
+def dense_oracle(batches, opt_name: str, slices: int, seed: int = 0):
+    """One process, the whole batch: per step, the loss of each of ``slices`` equal slices of the
+    batch (before the step) and the state dict after the step."""
+    torch.manual_seed(seed)
+    model = DeepMLP(LAYERS, D_MODEL, D_FF)
+    cls, kwargs = OPTIMIZERS[opt_name]
+    opt = cls(model.parameters(), **kwargs)
+    losses, states = [], []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            losses.append(
+                [nn.functional.mse_loss(model(xs), ys).item() for xs, ys in zip(x.chunk(slices), y.chunk(slices))]
+            )
+        opt.step()
+        states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+    return losses, states
+
+
+MICROBATCHES = 2
+
+
+def stage_layers(num_layers: int, pp: int, stage: int) -> range:
+    sizes = [num_layers // pp + (s < num_layers % pp) for s in range(pp)]
+    return range(sum(sizes[:stage]), sum(sizes[: stage + 1]))
+
+
+def tp_shard(name: str, full: torch.Tensor, tp: int, tp_rank: int) -> torch.Tensor:
+    """This tp rank's piece of a dense parameter: fc1 by rows (output features), fc2's weight by
+    columns (input features), everything else replicated."""
+    if ".mlp.fc1." in name:
+        return full.chunk(tp, dim=0)[tp_rank]
+    if name.endswith(".mlp.fc2.weight"):
+        return full.chunk(tp, dim=1)[tp_rank]
+    return full
+
+
+def trainer_rank(ctx, shape, opt_name, zero_stage, batches, record_step=-1):
+    M = ctx.load("mesh")
+    torch.manual_seed(0)  # the same dense model on every rank
+    model = DeepMLP(LAYERS, D_MODEL, D_FF)
+    mesh = M.ProcessMesh(shape)
+    cls, kwargs = OPTIMIZERS[opt_name]
+    trainer = M.MeshTrainer(model, mesh, nn.MSELoss(), cls, num_microbatches=MICROBATCHES, zero_stage=zero_stage,
+                            **kwargs)  # fmt: skip
+    dp = coords_of(ctx.rank, shape)["dp"]
+    out = []
+    for step, (x, y) in enumerate(batches):
+        xs, ys = x.chunk(shape["dp"])[dp], y.chunk(shape["dp"])[dp]  # this replica's batch
+        with CommRecorder() as rec:
+            loss = trainer.train_step(xs, ys)
+        params = {k: v.detach().clone() for k, v in trainer.module.named_parameters()}
+        out.append({"loss": loss, "params": params, "events": rec.events if step == record_step else None})
+    return out
+
+
+def check_mesh_training(outs, shape, opt_name, batches, label):
+    losses, states = dense_oracle(batches, opt_name, slices=shape["dp"])
+    pp, tp = shape["pp"], shape["tp"]
+    for rank, steps in enumerate(outs):
+        c = coords_of(rank, shape)
+        layers = stage_layers(LAYERS + 1, pp, c["pp"])
+        for step, got in enumerate(steps):
+            where = f"rank {rank} {c}, step {step} ({label}, {opt_name})"
+            want_names = {k for k in states[step] if int(k.split(".")[0]) in layers}
+            assert set(got["params"]) == want_names, (
+                f"{where}: this stage holds {sorted(got['params'])}, expected layers {list(layers)}: "
+                f"{sorted(want_names)}"
+            )
+            for name, value in got["params"].items():
+                assert_close(value, tp_shard(name, states[step][name], tp, c["tp"]), what=f"{where}, {name}")
+            if c["pp"] == pp - 1:
+                want = losses[step][c["dp"]]
+                assert got["loss"] is not None and abs(got["loss"] - want) < 1e-5, (
+                    f"{where}: loss {got['loss']}, expected the replica's mean loss {want:.6f}"
+                )
+            else:
+                assert got["loss"] is None, f"{where}: only the last stage returns the loss, got {got['loss']}"
