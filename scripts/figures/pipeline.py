@@ -4,8 +4,9 @@
     python -m scripts.figures.pipeline --impl student --out /tmp/grids.png   # the grids from your schedules
 
 ``draw_gpipe_vs_1f1b`` draws the two schedules from their definitions, idle time hatched.
-``draw_schedules`` runs each schedule's per-stage action lists are executed as the tests' simulator does (a stage waits
-only for its input: F of chunk g for F of chunk g - 1, B for B of chunk g + 1, W for its own B).
+``draw_schedules`` runs each schedule's per-stage action lists through the tests' unit-time simulator
+(tests/oracles/pipeline_sim.py: a stage waits only for its input: F of chunk g for F of chunk g - 1,
+B for B of chunk g + 1, W for its own B); ``draw_gpipe_vs_1f1b`` times its two orders the same way.
 Times: F = 1, a whole backward 2 (GPipe, 1F1B, interleaved, where a chunk costs 1/v of that),
 B = W = 1 (ZB-H1). The title of each row gives the bubble read off the grid.
 """
@@ -21,31 +22,7 @@ from matplotlib.patches import Rectangle
 
 from scripts.bench.common import default_impl, load_impl
 from scripts.figures.palette import FIGURE_DIR, IDLE, WORK, box, save
-
-
-def simulate(stages, v: int, cost: dict[str, float]):
-    """[(kind, microbatch, chunk, start, end), ...] per stage, for actions run in each stage's order."""
-    p, done, pos, free = len(stages), {}, [0] * len(stages), [0.0] * len(stages)
-    out = [[] for _ in range(p)]
-    progress = True
-    while progress:
-        progress = False
-        for r in range(p):
-            while pos[r] < len(stages[r]):
-                a = stages[r][pos[r]]
-                g = a.chunk * p + r
-                dep = {"F": ("F", a.microbatch, g - 1) if g > 0 else None,
-                       "B": ("B", a.microbatch, g + 1) if g < p * v - 1 else ("F", a.microbatch, g),
-                       "W": ("B", a.microbatch, g)}[a.kind]  # fmt: skip
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[r], done.get(dep, 0.0))
-                free[r] = done[(a.kind, a.microbatch, g)] = start + cost[a.kind]
-                out[r].append((a.kind, a.microbatch, a.chunk, start, free[r]))
-                pos[r], progress = pos[r] + 1, True
-    if any(pos[r] < len(stages[r]) for r in range(p)):
-        raise RuntimeError("the schedule deadlocks")
-    return out
+from tests.oracles.pipeline_sim import action_key, timeline
 
 
 def draw_schedules(path: Path, impl: str | None = None, p: int = 4, m: int = 8) -> Path:
@@ -61,11 +38,12 @@ def draw_schedules(path: Path, impl: str | None = None, p: int = 4, m: int = 8) 
     ]  # fmt: skip
     fig, axes = plt.subplots(len(rows), 1, figsize=(12, 2.0 * len(rows)), sharex=True)
     for ax, (name, stages, v, cost) in zip(axes, rows):
-        timeline = simulate(stages, v, cost)
-        makespan = max(end for tl in timeline for *_, end in tl)
-        busy = sum(end - start for tl in timeline for *_, start, end in tl)
-        for s, tl in enumerate(timeline):
-            for kind, mb, chunk, start, end in tl:
+        rows_of_stages = timeline(stages, v, cost)  # per stage: (action, start, end)
+        makespan = max(end for row in rows_of_stages for *_, end in row)
+        busy = sum(end - start for row in rows_of_stages for _, start, end in row)
+        for s, row in enumerate(rows_of_stages):
+            for action, start, end in row:
+                kind, mb, chunk = action_key(action)
                 shade = 1 - 0.5 * chunk / max(v - 1, 1)
                 colour = tuple(1 - shade * (1 - c) for c in to_rgb(WORK[kind]))
                 ax.broken_barh([(start, end - start)], (s - 0.4, 0.8), color=colour, edgecolor="white")
@@ -79,18 +57,19 @@ def draw_schedules(path: Path, impl: str | None = None, p: int = 4, m: int = 8) 
     return save(fig, path)
 
 
+def _timed(orders) -> list[tuple[int, str, int, float]]:
+    """(stage, kind, microbatch, start) of every action of the per-stage ``orders``, timed by the
+    tests' unit-time simulator (F = 1, B = 2)."""
+    return [(s, kind, i, start) for s, row in enumerate(timeline(orders)) for (kind, i), start, _ in row]
+
+
 def _gpipe(p: int, m: int):
-    """(stage, kind, microbatch, start) in unit time (F = 1, B = 2): all forwards, then all backwards."""
-    out = []
-    for s in range(p):
-        out += [(s, "F", i, s + i) for i in range(m)]
-        t0 = (m + p - 1) + 2 * (p - 1 - s)
-        out += [(s, "B", i, t0 + 2 * k) for k, i in enumerate(reversed(range(m)))]
-    return out
+    """GPipe: every stage runs all forwards, then all backwards (the last microbatch's first)."""
+    return _timed([[("F", i) for i in range(m)] + [("B", i) for i in reversed(range(m))] for _ in range(p)])
 
 
 def _one_f_one_b(p: int, m: int):
-    """1F1B by simulation: stage s warms up with p - 1 - s forwards, then alternates B and F."""
+    """1F1B: stage s warms up with p - 1 - s forwards, then alternates F and B."""
     order = []
     for s in range(p):
         warm = min(p - 1 - s, m)
@@ -103,25 +82,7 @@ def _one_f_one_b(p: int, m: int):
             acts.append(("B", b))
             b += 1
         order.append(acts)
-    done, free, out, pos = {}, [0] * p, [], [0] * p
-    progress = True
-    while progress:
-        progress = False
-        for s in range(p):
-            while pos[s] < len(order[s]):
-                kind, i = order[s][pos[s]]
-                dep = (s - 1, "F", i) if kind == "F" else ((s + 1, "B", i) if s < p - 1 else (s, "F", i))
-                if kind == "F" and s == 0:
-                    dep = None
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[s], done[dep] if dep else 0)
-                end = start + (1 if kind == "F" else 2)
-                done[(s, kind, i)], free[s] = end, end
-                out.append((s, kind, i, start))
-                pos[s] += 1
-                progress = True
-    return out
+    return _timed(order)
 
 
 def draw_gpipe_vs_1f1b(path: Path) -> Path:
