@@ -1,5 +1,6 @@
 """The autograder (staff only): ``python -m scripts.grading`` is its command line, handouts/grading.md its guide.
 
+    __main__.py   the command line: grade one submission, or a folder of them (--batch)
     staff.py      what is staff-only, and what may reach the grading machine (one table)
     sandbox.py    reads a submission's part modules and builds the private sandbox pytest runs in
     runner.py     runs pytest there, reads the signed channel, survives crashes, hangs and kills
