@@ -407,7 +407,7 @@ ALL_REDUCE_ALGORITHMS = ("ring", "recursive_doubling", "auto")
 
 # (alpha, beta) per backend that algorithm="auto" uses: seconds per message and seconds per byte.
 # Only alpha / beta matters for the choice (N = 4: crossover 8 alpha / beta). gloo: measured with
-# scripts/bench_collectives.py on the course's 2-core machine, where 4 ranks' times cross between
+# python -m scripts.bench.collectives on the course's 2-core machine, where 4 ranks' times cross between
 # 1 and 4 MiB; alpha / beta = 2e5 B puts the crossover there (1.5 MiB). The least-squares fit of
 # the same run (alpha ~ 1.6e-3 s, beta ~ 1.4e-9 s/B) puts it at ~9 MiB, too late: the model has no
 # term for the additions, which share the 2 cores with the messages (recursive doubling adds

@@ -8,7 +8,7 @@ Two rules, one table. The student release (scripts/release/cut.py) drops every p
 The grading machine (scripts/grading/make_autograder_zip.py, and the sandbox a submission runs in,
 scripts/grading/sandbox.py) gets the kit minus the paths marked ``grading=False``: the hidden tests
 and the grader must be there, the reference and the tests that need it (mutants, grader tests,
-parity) must not, so that no copy of the reference exists where a submission runs.
+the stub check) must not, so that no copy of the reference exists where a submission runs.
 A path ending in ``/`` is a folder (everything below it).
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class StaffPath:
     path: str  # relative to the repository root; a trailing "/" means the whole folder
-    kind: str  # staff tests: hidden, mutants, grader, parity (one folder or file each); else tool, docs...
+    kind: str  # staff tests: hidden, mutants, grader, stubs (one folder or file each); else tool, docs...
     grading: bool  # needed on the grading machine (the Gradescope zip and the sandbox)
 
 
@@ -31,7 +31,7 @@ STAFF_ONLY = (
     StaffPath("tests/staff/hidden/", "hidden", grading=True),
     StaffPath("tests/staff/mutants/", "mutants", grading=False),
     StaffPath("tests/staff/grader/", "grader", grading=False),
-    StaffPath("tests/staff/test_api_parity.py", "parity", grading=False),
+    StaffPath("tests/staff/test_stubs.py", "stubs", grading=False),  # stubs generated from the reference, current
     StaffPath("tests/staff/test_benchmarks.py", "benchmarks", grading=False),  # runs scripts/bench/ on the reference
     StaffPath("tests/staff/test_figures.py", "figures", grading=False),  # handout images vs scripts/figures/
     # A second implementation (the reference's work, its own bad-input wording) and its test.
@@ -39,6 +39,7 @@ STAFF_ONLY = (
     # Staff tools and their documentation.
     StaffPath("scripts/grading/", "tool", grading=True),
     StaffPath("scripts/release/cut.py", "tool", grading=False),
+    StaffPath("scripts/release/stubs.py", "tool", grading=False),  # reads the reference
     StaffPath("scripts/main.sh", "tool", grading=False),
     StaffPath(".ci/", "tool", grading=False),
     StaffPath("handouts/grading.md", "docs", grading=False),

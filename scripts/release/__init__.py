@@ -1,2 +1,3 @@
-"""Release tools (staff): ``cut.py`` writes and checks the student release, ``check_stubs.py`` checks that
-the stubs fail every test cleanly, ``api_reference.py`` writes handouts/api.md from the stubs' docstrings."""
+"""Release tools (staff): ``stubs.py`` generates the student stubs and handouts/api.md from the reference
+(through ``api_reference.py``), ``cut.py`` writes and checks the student release, ``check_stubs.py`` checks
+that the stubs fail every test cleanly."""

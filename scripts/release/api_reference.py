@@ -1,18 +1,16 @@
-"""Write handouts/api.md, the students' API reference, from the stub docstrings of cs336_systems/.
+"""handouts/api.md, the students' API reference, rendered from the stub docstrings of cs336_systems/.
 
-    python -m scripts.release.api_reference            # rewrite handouts/api.md
-    python -m scripts.release.api_reference --check    # CI: fail if handouts/api.md is not current
+    python -m scripts.release.stubs            # writes the stubs, then handouts/api.md through render()
 
 The stubs' docstrings are the specification; this file only collects them, one section per part
 module, in handout order: each public function and class with its signature and docstring (a class's
-public methods below it). Edit the docstrings, then rerun this script.
+public methods below it). The docstrings are written once, in reference_solutions/, and the stub
+generator (scripts/release/stubs.py) copies them into the stubs and calls ``render`` on the result.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
-import sys
 from pathlib import Path
 
 from scripts.tools.submission import PART_MODULES
@@ -46,8 +44,7 @@ def render(sources: dict[str, str] | None = None) -> str:
     lines = [
         "# API reference",
         "",
-        "<!-- written by `python -m scripts.release.api_reference` from the docstrings in cs336_systems/; "
-        "edit those -->",
+        "<!-- written by `python -m scripts.release.stubs` from the docstrings in cs336_systems/; edit those -->",
         "",
         "Every function and class you implement, with its signature and the docstring that specifies it",
         "(the same text as in `cs336_systems/`). The handouts explain why; this is what.",
@@ -63,23 +60,3 @@ def render(sources: dict[str, str] | None = None) -> str:
             ):
                 lines += section(node, 3)
     return "\n".join(lines).rstrip() + "\n"
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="fail if handouts/api.md is not current")
-    args = parser.parse_args()
-    text = render()
-    if args.check:
-        if not OUT.exists() or OUT.read_text() != text:
-            print("handouts/api.md is stale: run python -m scripts.release.api_reference", file=sys.stderr)
-            return 1
-        print("handouts/api.md is current")
-        return 0
-    OUT.write_text(text)
-    print(f"wrote {OUT.relative_to(ROOT)} ({len(text.splitlines())} lines)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@
 
 The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones,
 listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
-tests, mutants, grader tests, the API-parity test), the grader (``scripts/grading/``), this script,
+tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``), this script, the stub generator,
 ``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
 ``pyproject.toml`` loses the reference package; README sections between ``<!-- staff -->`` and
 ``<!-- /staff -->`` are cut. Then the release is checked:

@@ -1,1 +1,1 @@
-"""Staff-only tests: mutants, grader tests, hidden tests and the stub/reference parity test (never shipped)."""
+"""Staff-only tests: mutants, grader tests, hidden tests, the stub generator's check (never shipped)."""

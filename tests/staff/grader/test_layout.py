@@ -38,7 +38,7 @@ def test_every_staff_test_file_belongs_to_one_kind():
     for f in files:
         owners = [e.path for e in STAFF_ONLY if f == e.path or (e.path.endswith("/") and f.startswith(e.path))]
         assert len(owners) == 1, f"{f}: covered by {owners} in scripts/grading/staff.py (want exactly one entry)"
-    for kind in ("hidden", "mutants", "grader", "parity"):
+    for kind in ("hidden", "mutants", "grader", "stubs"):
         assert (ROOT / path_of(kind)).exists(), f"staff kind {kind!r}: {path_of(kind)} does not exist"
 
 
@@ -46,7 +46,7 @@ def test_the_grading_machine_gets_the_hidden_tests_but_not_the_reference_or_what
     """The sandbox holds the hidden tests and the plugin, and nothing staff.py keeps off the grading machine."""
     assert is_staff_only("tests/staff/hidden/test_x.py") and reaches_grading_machine("tests/staff/hidden/test_x.py")
     for rel in ("reference_solutions/ddp.py", "tests/staff/mutants/runner.py", "tests/staff/grader/test_grade.py",
-                "tests/staff/test_api_parity.py"):  # fmt: skip
+                "tests/staff/test_stubs.py", "scripts/release/stubs.py"):  # fmt: skip
         assert is_staff_only(rel) and not reaches_grading_machine(rel), rel
     files = StaffFiles.snapshot(ROOT).files
     kept_off = [f for f in files if not reaches_grading_machine(f) and f != "reference_solutions/__init__.py"]
