@@ -8,8 +8,8 @@ and against random inputs, and check that bad input raises ``ValueError``/``Type
 argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
 1e9 for the GB of the papers, by 2**30 for GiB).
 
-    from cs336_systems.accounting import zero_memory_per_gpu
-    zero_memory_per_gpu(7.5e9, 64, stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
+    from cs336_systems.accounting import zero_memory_per_rank
+    zero_memory_per_rank(7.5e9, 64, zero_stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
 
 Sources:
     ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
@@ -34,14 +34,14 @@ __all__ = [
     "recompute_training_flops",
     "hfu",
     "training_memory_bytes",
-    "zero_memory_per_gpu",
+    "zero_memory_per_rank",
     "ring_all_reduce_bytes_per_rank",
     "pipeline_bubble_fraction",
     "training_flops",
     "mfu",
     "activation_memory_per_layer",
-    "parallel_memory_per_gpu",
-    "communication_bytes_per_gpu",
+    "parallel_memory_per_rank",
+    "communication_bytes_per_rank",
     "plan_parallelism",
     "moe_all_to_all_bytes",
     "expert_parameter_bytes_per_rank",
@@ -194,8 +194,10 @@ def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_
     raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
 
 
-def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
-    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
+def zero_memory_per_rank(
+    num_params, world_size, zero_stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
+) -> float:
+    """Bytes of model states on each of ``world_size`` data-parallel ranks under ZeRO ``zero_stage``.
 
     With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
         stage 0 (plain DDP)                     P * (p + g + o)
@@ -204,8 +206,8 @@ def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_by
         stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
     Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
 
-    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
-    ``TypeError`` for a non-integer stage or world size, naming the argument.
+    Raises ``ValueError`` for a ``zero_stage`` outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer ``zero_stage`` or world size, naming the argument.
     """
     raise NotImplementedError("Task 6.1 (memory): see handouts/06-accounting.md §6.1")
 
@@ -229,10 +231,10 @@ def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
     raise NotImplementedError("Task 6.2 (communication and bubbles): see handouts/06-accounting.md §6.2")
 
 
-def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
+def pipeline_bubble_fraction(num_stages, num_microbatches, num_chunks=1) -> float:
     """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
 
-    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
+    p = num_stages, m = num_microbatches, v = num_chunks (model chunks per device in the
     interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
     times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
 
@@ -276,10 +278,10 @@ def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
+def activation_memory_per_layer(seq, batch, d_model, heads, tp=1, sequence_parallel=False) -> float:
     """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
 
-    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
+    Korthikanti et al. 2022, with s = seq, b = batch, h = d_model, a = heads, t = tp:
         no parallelism                  s*b*h * (34 + 5*a*s/h)
         tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
         tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
@@ -302,7 +304,7 @@ def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parall
 RECOMPUTE = ("none", "selective", "full")  # what recompute= may be
 
 
-def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
+def parallel_memory_per_rank(num_params, num_layers, d_model, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
                             num_microbatches, recompute="selective", expert_params=0, ep=1) -> float:  # fmt: skip
     """Bytes per GPU of one (dp, tp, pp, ZeRO) configuration: model states plus activations.
 
@@ -310,14 +312,14 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
     (``num_params - expert_params``) are split ``tp * pp`` ways and the expert parameters of an MoE
     ``ep * pp`` ways (experts are not tensor-parallel here); each piece's states are then sharded
     over its data-parallel replicas by ZeRO ``zero_stage``:
-        zero_memory_per_gpu(dense / (tp * pp), dp, zero_stage)
-        + zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
+        zero_memory_per_rank(dense / (tp * pp), dp, zero_stage)
+        + zero_memory_per_rank(expert_params / (ep * pp), dp // ep, zero_stage)
     (expert parallelism runs inside the dp axis, so ``dp`` must divide by ``ep``).
     Activations (16-bit; sequence parallelism whenever tp > 1): one layer keeps
-        recompute="none"       activation_memory_per_layer(seq, microbatch, hidden, heads, tp, True)
-        recompute="selective"  34 * seq * microbatch * hidden / tp   (attention scores recomputed,
+        recompute="none"       activation_memory_per_layer(seq, microbatch, d_model, heads, tp, True)
+        recompute="selective"  34 * seq * microbatch * d_model / tp   (attention scores recomputed,
                                as FlashAttention does: Korthikanti et al.'s selective recomputation)
-        recompute="full"       2 * seq * microbatch * hidden / tp    (only each layer's input kept)
+        recompute="full"       2 * seq * microbatch * d_model / tp    (only each layer's input kept)
     and the first stage of a 1F1B pipeline holds ``ceil(num_layers / pp)`` layers for
     ``min(pp, num_microbatches)`` microbatches at once (one when pp = 1). Embeddings, logits,
     temporary buffers and fragmentation are not counted.
@@ -332,11 +334,11 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
 
 
-def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch, *, dp, tp, pp, zero_stage,
+def communication_bytes_per_rank(num_params, num_layers, d_model, seq, microbatch, *, dp, tp, pp, zero_stage,
                                 num_microbatches) -> dict[str, float]:  # fmt: skip
     """Bytes one GPU sends per training step along each mesh axis (16-bit values, ring collectives).
 
-    With A = 2 * seq * microbatch * hidden, the bytes of one microbatch's activations:
+    With A = 2 * seq * microbatch * d_model, the bytes of one microbatch's activations:
         "tp"  4 all-reduces of A per layer and microbatch (attention and MLP, forward and backward;
               sequence parallelism's all-gather + reduce-scatter pairs move the same bytes):
               4 * ring_all_reduce_bytes_per_rank(A, tp) * ceil(num_layers / pp) * num_microbatches
@@ -345,12 +347,12 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
         "dp"  the 2-byte gradients of this GPU's num_params / (tp * pp) parameters, G bytes:
               ring_all_reduce_bytes_per_rank(G, dp) for ZeRO stages 0-2 (stage 2's reduce-scatter
               plus parameter all-gather is the same traffic), 1.5 times that for stage 3.
-    Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_gpu``.
+    Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_rank``.
     """
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
 
 
-def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *, gpus_per_node, num_nodes,
+def plan_parallelism(num_params, num_layers, d_model, heads, seq, global_batch, *, gpus_per_node, num_nodes,
                      gpu_memory_bytes, microbatch=1, recompute="selective") -> dict:  # fmt: skip
     """The (dp, tp, pp, ZeRO stage) these rules choose for a dense transformer, and why.
 
@@ -366,12 +368,12 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
       4. For each candidate, the lowest ZeRO stage among 0, 1, 2 that fits (they cost no more
          traffic than plain data parallelism); only if no candidate fits that way, the same search
          again with ZeRO-3.
-    "Fits" means ``parallel_memory_per_gpu(...) <= gpu_memory_bytes`` (``recompute`` as there).
+    "Fits" means ``parallel_memory_per_rank(...) <= gpu_memory_bytes`` (``recompute`` as there).
 
-    Returns ``{"dp", "tp", "pp", "zero_stage", "num_microbatches", "memory_per_gpu",
+    Returns ``{"dp", "tp", "pp", "zero_stage", "num_microbatches", "memory_per_rank",
     "bytes_per_axis", "rows"}``: the chosen configuration, its memory and
-    ``communication_bytes_per_gpu``, and ``rows``, one dict per configuration tried, in order, with
-    keys ``tp, pp, dp, zero_stage, memory_per_gpu, fits, reason`` (the table the script prints).
+    ``communication_bytes_per_rank``, and ``rows``, one dict per configuration tried, in order, with
+    keys ``tp, pp, dp, zero_stage, memory_per_rank, fits, reason`` (the table the script prints).
     Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``) and for bad counts.
     """
     raise NotImplementedError("Task 7.4 (placement and planning): see handouts/07-mesh.md §7.4")
@@ -421,7 +423,7 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
 # ---------------------------------------------------------------------------------------------
 
 
-def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, tp=1) -> float:
+def context_parallel_activation_memory_per_layer(seq, batch, d_model, heads, cp, tp=1) -> float:
     """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU, with
     context parallelism over ``cp`` ranks and tensor + sequence parallelism over ``tp`` ranks.
 

@@ -180,14 +180,14 @@ class MeshTrainer:
 
 # Clusters and models (given). Sizes from the models' published configurations; memory in bytes.
 SCENARIOS: dict[str, dict] = {
-    "7b-on-one-node": dict(num_params=7e9, num_layers=32, hidden=4096, heads=32, seq=4096, global_batch=512,
+    "7b-on-one-node": dict(num_params=7e9, num_layers=32, d_model=4096, heads=32, seq=4096, global_batch=512,
                            gpus_per_node=8, num_nodes=1, gpu_memory_bytes=80e9, recompute="selective"),
-    "70b-on-two-nodes": dict(num_params=70e9, num_layers=80, hidden=8192, heads=64, seq=4096, global_batch=512,
+    "70b-on-two-nodes": dict(num_params=70e9, num_layers=80, d_model=8192, heads=64, seq=4096, global_batch=512,
                              gpus_per_node=8, num_nodes=2, gpu_memory_bytes=80e9, recompute="full"),
-    "405b-on-16k-gpus": dict(num_params=405e9, num_layers=126, hidden=16384, heads=128, seq=8192,
+    "405b-on-16k-gpus": dict(num_params=405e9, num_layers=126, d_model=16384, heads=128, seq=8192,
                              global_batch=2048, gpus_per_node=8, num_nodes=2048, gpu_memory_bytes=80e9,
                              recompute="selective"),
-    "moe-8x22b-on-64-nodes": dict(num_params=141e9, expert_params=135e9, num_experts=8, num_layers=56, hidden=6144,
+    "moe-8x22b-on-64-nodes": dict(num_params=141e9, expert_params=135e9, num_experts=8, num_layers=56, d_model=6144,
                                   heads=48, seq=4096, global_batch=1024, gpus_per_node=8, num_nodes=64,
                                   gpu_memory_bytes=80e9, recompute="selective"),
 }  # fmt: skip
@@ -200,7 +200,7 @@ def pick_configs() -> dict[str, dict[str, int]]:
     Each must use every GPU (dp * tp * pp = gpus_per_node * num_nodes), keep TP inside a node
     (tp <= gpus_per_node) and dividing ``heads``, have pp <= num_layers, let dp * microbatch divide
     ``global_batch``, use ep > 1 only for an MoE (ep dividing dp and ``num_experts``), fit in
-    ``gpu_memory_bytes`` by ``accounting.parallel_memory_per_gpu`` (with the scenario's
+    ``gpu_memory_bytes`` by ``accounting.parallel_memory_per_rank`` (with the scenario's
     ``recompute``, ``num_microbatches = global_batch / (dp * microbatch)``), and use the lowest ZeRO
     stage that fits for its (dp, tp, pp, ep). handouts/07-mesh.md §7.5.
     """

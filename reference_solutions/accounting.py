@@ -8,8 +8,8 @@ and against random inputs, and check that bad input raises ``ValueError``/``Type
 argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
 1e9 for the GB of the papers, by 2**30 for GiB).
 
-    from reference_solutions.accounting import zero_memory_per_gpu
-    zero_memory_per_gpu(7.5e9, 64, stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
+    from reference_solutions.accounting import zero_memory_per_rank
+    zero_memory_per_rank(7.5e9, 64, zero_stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1
 
 Sources:
     ZeRO            Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
@@ -37,14 +37,14 @@ __all__ = [
     "recompute_training_flops",
     "hfu",
     "training_memory_bytes",
-    "zero_memory_per_gpu",
+    "zero_memory_per_rank",
     "ring_all_reduce_bytes_per_rank",
     "pipeline_bubble_fraction",
     "training_flops",
     "mfu",
     "activation_memory_per_layer",
-    "parallel_memory_per_gpu",
-    "communication_bytes_per_gpu",
+    "parallel_memory_per_rank",
+    "communication_bytes_per_rank",
     "plan_parallelism",
     "moe_all_to_all_bytes",
     "expert_parameter_bytes_per_rank",
@@ -359,8 +359,10 @@ def training_memory_bytes(num_params, *, param_bytes=2, grad_bytes=2, optimizer_
     # END SOLUTION
 
 
-def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12) -> float:
-    """Bytes of model states on each of ``world_size`` data-parallel GPUs under ZeRO ``stage``.
+def zero_memory_per_rank(
+    num_params, world_size, zero_stage, *, param_bytes=2, grad_bytes=2, optimizer_bytes=12
+) -> float:
+    """Bytes of model states on each of ``world_size`` data-parallel ranks under ZeRO ``zero_stage``.
 
     With P = num_params, N = world_size and (p, g, o) the bytes per parameter:
         stage 0 (plain DDP)                     P * (p + g + o)
@@ -369,18 +371,18 @@ def zero_memory_per_gpu(num_params, world_size, stage, *, param_bytes=2, grad_by
         stage 3 (P_os+g+p: and parameters)       P * (p + g + o) / N
     Example (ZeRO paper, Figure 1): P = 7.5e9, N = 64 -> 120, 31.4, 16.6, 1.9 GB for stages 0-3.
 
-    Raises ``ValueError`` for a stage outside 0-3, ``world_size < 1`` or a negative count, and
-    ``TypeError`` for a non-integer stage or world size, naming the argument.
+    Raises ``ValueError`` for a ``zero_stage`` outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer ``zero_stage`` or world size, naming the argument.
     """
     # BEGIN SOLUTION: Task 6.1 (memory)
     num_params = _count(num_params, "num_params")
     world_size = _count(world_size, "world_size", minimum=1, integer=True)
-    stage = _count(stage, "stage", integer=True)
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3 (ZeRO stages), got {stage}")
+    zero_stage = _count(zero_stage, "zero_stage", integer=True)
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (the ZeRO stages), got {zero_stage}")
     p, g, o = _bytes_per_param(param_bytes, grad_bytes, optimizer_bytes)
     # What stays replicated on every GPU, and what is split N ways, at each stage.
-    replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[stage]
+    replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[zero_stage]
     sharded = p + g + o - replicated
     return float(num_params * replicated + num_params * sharded / world_size)
     # END SOLUTION
@@ -409,10 +411,10 @@ def ring_all_reduce_bytes_per_rank(num_bytes, world_size) -> float:
     # END SOLUTION
 
 
-def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> float:
+def pipeline_bubble_fraction(num_stages, num_microbatches, num_chunks=1) -> float:
     """Fraction of a pipeline step that each stage spends idle: ``(p - 1) / (v * m + p - 1)``.
 
-    p = num_stages, m = num_microbatches, v = virtual_stages (model chunks per device in the
+    p = num_stages, m = num_microbatches, v = num_chunks (model chunks per device in the
     interleaved 1F1B schedule; 1 for GPipe and plain 1F1B). A step lasts (m + (p - 1) / v) microbatch
     times, of which m are useful. Example: p = 4, m = 8 -> 3 / 11 = 0.2727; p = 1 -> 0.
 
@@ -421,7 +423,7 @@ def pipeline_bubble_fraction(num_stages, num_microbatches, virtual_stages=1) -> 
     # BEGIN SOLUTION: Task 6.2 (communication and bubbles)
     p = _count(num_stages, "num_stages", minimum=1, integer=True)
     m = _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
-    v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)
+    v = _count(num_chunks, "num_chunks", minimum=1, integer=True)
     return (p - 1) / (v * m + p - 1)
     # END SOLUTION
 
@@ -472,10 +474,10 @@ def mfu(tokens_per_second, num_params, peak_flops_per_second) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
-def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parallel=False) -> float:
+def activation_memory_per_layer(seq, batch, d_model, heads, tp=1, sequence_parallel=False) -> float:
     """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU.
 
-    Korthikanti et al. 2022, with s = seq, b = batch, h = hidden, a = heads, t = tp:
+    Korthikanti et al. 2022, with s = seq, b = batch, h = d_model, a = heads, t = tp:
         no parallelism                  s*b*h * (34 + 5*a*s/h)
         tensor parallel (t ways)        s*b*h * (10 + 24/t + 5*a*s/(h*t))
         tensor + sequence parallel      s*b*h / t * (34 + 5*a*s/h)
@@ -490,7 +492,7 @@ def activation_memory_per_layer(seq, batch, hidden, heads, tp=1, sequence_parall
     # BEGIN SOLUTION: Task 6.4 (activation memory)
     s = _count(seq, "seq", minimum=1, integer=True)
     b = _count(batch, "batch", minimum=1, integer=True)
-    h = _count(hidden, "hidden", minimum=1, integer=True)
+    h = _count(d_model, "d_model", minimum=1, integer=True)
     a = _count(heads, "heads", minimum=1, integer=True)
     t = _count(tp, "tp", minimum=1, integer=True)
     if not isinstance(sequence_parallel, bool):
@@ -513,12 +515,12 @@ RECOMPUTE = ("none", "selective", "full")  # what recompute= may be
 
 
 # BEGIN SOLUTION
-def _layer_activations(seq, microbatch, hidden, heads, tp, recompute) -> float:
+def _layer_activations(seq, microbatch, d_model, heads, tp, recompute) -> float:
     """Bytes one layer keeps for backward per GPU, sequence parallelism on (a no-op at tp = 1)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
-    full = activation_memory_per_layer(seq, microbatch, hidden, heads, tp, sequence_parallel=True)
-    sbh_t = seq * microbatch * hidden / tp
+    full = activation_memory_per_layer(seq, microbatch, d_model, heads, tp, sequence_parallel=True)
+    sbh_t = seq * microbatch * d_model / tp
     return {"none": full, "selective": 34 * sbh_t, "full": 2 * sbh_t}[recompute]
 
 
@@ -533,7 +535,7 @@ def _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches) -> tuple[int, int, int
 # END SOLUTION
 
 
-def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
+def parallel_memory_per_rank(num_params, num_layers, d_model, heads, seq, microbatch, *, dp, tp, pp, zero_stage,
                             num_microbatches, recompute="selective", expert_params=0, ep=1) -> float:  # fmt: skip
     """Bytes per GPU of one (dp, tp, pp, ZeRO) configuration: model states plus activations.
 
@@ -541,14 +543,14 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
     (``num_params - expert_params``) are split ``tp * pp`` ways and the expert parameters of an MoE
     ``ep * pp`` ways (experts are not tensor-parallel here); each piece's states are then sharded
     over its data-parallel replicas by ZeRO ``zero_stage``:
-        zero_memory_per_gpu(dense / (tp * pp), dp, zero_stage)
-        + zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
+        zero_memory_per_rank(dense / (tp * pp), dp, zero_stage)
+        + zero_memory_per_rank(expert_params / (ep * pp), dp // ep, zero_stage)
     (expert parallelism runs inside the dp axis, so ``dp`` must divide by ``ep``).
     Activations (16-bit; sequence parallelism whenever tp > 1): one layer keeps
-        recompute="none"       activation_memory_per_layer(seq, microbatch, hidden, heads, tp, True)
-        recompute="selective"  34 * seq * microbatch * hidden / tp   (attention scores recomputed,
+        recompute="none"       activation_memory_per_layer(seq, microbatch, d_model, heads, tp, True)
+        recompute="selective"  34 * seq * microbatch * d_model / tp   (attention scores recomputed,
                                as FlashAttention does: Korthikanti et al.'s selective recomputation)
-        recompute="full"       2 * seq * microbatch * hidden / tp    (only each layer's input kept)
+        recompute="full"       2 * seq * microbatch * d_model / tp    (only each layer's input kept)
     and the first stage of a 1F1B pipeline holds ``ceil(num_layers / pp)`` layers for
     ``min(pp, num_microbatches)`` microbatches at once (one when pp = 1). Embeddings, logits,
     temporary buffers and fragmentation are not counted.
@@ -570,19 +572,19 @@ def parallel_memory_per_gpu(num_params, num_layers, hidden, heads, seq, microbat
         raise ValueError(f"expert_params ({expert_params}) must be <= num_params ({num_params})")
     if dp % ep:
         raise ValueError(f"dp ({dp}) must be divisible by ep ({ep}): expert parallelism runs inside the dp axis")
-    states = zero_memory_per_gpu((num_params - expert_params) / (tp * pp), dp, zero_stage)
+    states = zero_memory_per_rank((num_params - expert_params) / (tp * pp), dp, zero_stage)
     if expert_params:
-        states += zero_memory_per_gpu(expert_params / (ep * pp), dp // ep, zero_stage)
-    per_layer = _layer_activations(seq, microbatch, hidden, heads, tp, recompute)
+        states += zero_memory_per_rank(expert_params / (ep * pp), dp // ep, zero_stage)
+    per_layer = _layer_activations(seq, microbatch, d_model, heads, tp, recompute)
     return states + per_layer * math.ceil(layers / pp) * min(pp, m)
     # END SOLUTION
 
 
-def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch, *, dp, tp, pp, zero_stage,
+def communication_bytes_per_rank(num_params, num_layers, d_model, seq, microbatch, *, dp, tp, pp, zero_stage,
                                 num_microbatches) -> dict[str, float]:  # fmt: skip
     """Bytes one GPU sends per training step along each mesh axis (16-bit values, ring collectives).
 
-    With A = 2 * seq * microbatch * hidden, the bytes of one microbatch's activations:
+    With A = 2 * seq * microbatch * d_model, the bytes of one microbatch's activations:
         "tp"  4 all-reduces of A per layer and microbatch (attention and MLP, forward and backward;
               sequence parallelism's all-gather + reduce-scatter pairs move the same bytes):
               4 * ring_all_reduce_bytes_per_rank(A, tp) * ceil(num_layers / pp) * num_microbatches
@@ -591,14 +593,14 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
         "dp"  the 2-byte gradients of this GPU's num_params / (tp * pp) parameters, G bytes:
               ring_all_reduce_bytes_per_rank(G, dp) for ZeRO stages 0-2 (stage 2's reduce-scatter
               plus parameter all-gather is the same traffic), 1.5 times that for stage 3.
-    Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_gpu``.
+    Dense models only (an MoE's all-to-all is not counted). Raises as ``parallel_memory_per_rank``.
     """
     # BEGIN SOLUTION: Task 7.4 (placement and planning)
     dp, tp, pp, zero_stage, m = _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches)
     num_params = _count(num_params, "num_params")
     layers = _count(num_layers, "num_layers", minimum=1, integer=True)
     act = 2 * _count(seq, "seq", minimum=1, integer=True) * _count(microbatch, "microbatch", minimum=1, integer=True)
-    act *= _count(hidden, "hidden", minimum=1, integer=True)
+    act *= _count(d_model, "d_model", minimum=1, integer=True)
     grads = 2 * num_params / (tp * pp)
     return {
         "tp": 4 * ring_all_reduce_bytes_per_rank(act, tp) * math.ceil(layers / pp) * m,
@@ -608,7 +610,7 @@ def communication_bytes_per_gpu(num_params, num_layers, hidden, seq, microbatch,
     # END SOLUTION
 
 
-def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *, gpus_per_node, num_nodes,
+def plan_parallelism(num_params, num_layers, d_model, heads, seq, global_batch, *, gpus_per_node, num_nodes,
                      gpu_memory_bytes, microbatch=1, recompute="selective") -> dict:  # fmt: skip
     """The (dp, tp, pp, ZeRO stage) these rules choose for a dense transformer, and why.
 
@@ -624,12 +626,12 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
       4. For each candidate, the lowest ZeRO stage among 0, 1, 2 that fits (they cost no more
          traffic than plain data parallelism); only if no candidate fits that way, the same search
          again with ZeRO-3.
-    "Fits" means ``parallel_memory_per_gpu(...) <= gpu_memory_bytes`` (``recompute`` as there).
+    "Fits" means ``parallel_memory_per_rank(...) <= gpu_memory_bytes`` (``recompute`` as there).
 
-    Returns ``{"dp", "tp", "pp", "zero_stage", "num_microbatches", "memory_per_gpu",
+    Returns ``{"dp", "tp", "pp", "zero_stage", "num_microbatches", "memory_per_rank",
     "bytes_per_axis", "rows"}``: the chosen configuration, its memory and
-    ``communication_bytes_per_gpu``, and ``rows``, one dict per configuration tried, in order, with
-    keys ``tp, pp, dp, zero_stage, memory_per_gpu, fits, reason`` (the table the script prints).
+    ``communication_bytes_per_rank``, and ``rows``, one dict per configuration tried, in order, with
+    keys ``tp, pp, dp, zero_stage, memory_per_rank, fits, reason`` (the table the script prints).
     Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``) and for bad counts.
     """
     # BEGIN SOLUTION: Task 7.4 (placement and planning)
@@ -648,21 +650,21 @@ def plan_parallelism(num_params, num_layers, hidden, heads, seq, global_batch, *
         for tp, pp in candidates:
             dp = gpus // (tp * pp)
             if dp < 1 or dp * tp * pp != gpus or batch % (dp * mb):
-                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": None, "memory_per_gpu": None,
+                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": None, "memory_per_rank": None,
                              "fits": False, "reason": f"dp * microbatch must divide the batch of {batch}"})  # fmt: skip
                 continue
             m = batch // (dp * mb)
             for zero in stages:
                 sizes = dict(dp=dp, tp=tp, pp=pp, zero_stage=zero, num_microbatches=m)
-                memory = parallel_memory_per_gpu(num_params, layers, hidden, heads, seq, mb, recompute=recompute,
+                memory = parallel_memory_per_rank(num_params, layers, d_model, heads, seq, mb, recompute=recompute,
                                                  **sizes)  # fmt: skip
                 fits = memory <= budget
                 reason = f"{memory / 1e9:.1f} GB {'<=' if fits else '>'} {budget / 1e9:.1f} GB"
-                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "memory_per_gpu": memory,
+                rows.append({"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "memory_per_rank": memory,
                              "fits": fits, "reason": reason})  # fmt: skip
                 if fits:
-                    traffic = communication_bytes_per_gpu(num_params, layers, hidden, seq, mb, **sizes)
-                    return {**sizes, "memory_per_gpu": memory, "bytes_per_axis": traffic, "rows": rows}
+                    traffic = communication_bytes_per_rank(num_params, layers, d_model, seq, mb, **sizes)
+                    return {**sizes, "memory_per_rank": memory, "bytes_per_axis": traffic, "rows": rows}
     raise ValueError(f"no configuration fits in gpu_memory_bytes ({budget:.3g}); tried {len(rows)}")
     # END SOLUTION
 
@@ -729,7 +731,7 @@ def expert_parameter_bytes_per_rank(d_model, d_ff, num_experts, world_size, byte
 # ---------------------------------------------------------------------------------------------
 
 
-def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, tp=1) -> float:
+def context_parallel_activation_memory_per_layer(seq, batch, d_model, heads, cp, tp=1) -> float:
     """Bytes of activations one transformer layer keeps for backward (16-bit values), per GPU, with
     context parallelism over ``cp`` ranks and tensor + sequence parallelism over ``tp`` ranks.
 
@@ -746,7 +748,7 @@ def context_parallel_activation_memory_per_layer(seq, batch, hidden, heads, cp, 
     # BEGIN SOLUTION: Task 9.4 (context-parallel accounting)
     s = _count(seq, "seq", minimum=1, integer=True)
     b = _count(batch, "batch", minimum=1, integer=True)
-    h = _count(hidden, "hidden", minimum=1, integer=True)
+    h = _count(d_model, "d_model", minimum=1, integer=True)
     a = _count(heads, "heads", minimum=1, integer=True)
     c = _count(cp, "cp", minimum=1, integer=True)
     t = _count(tp, "tp", minimum=1, integer=True)

@@ -24,13 +24,13 @@ from tests.oracles.accounting import EXAMPLES, assert_value, call, evaluate
 
 @pytest.mark.task6_1
 def test_zero_memory_reproduces_the_zero_papers_figure_1():
-    """``zero_memory_per_gpu`` reproduces the ZeRO paper's Figure 1 (120, 31.4, 16.6, 1.9 GB per GPU).
+    """``zero_memory_per_rank`` reproduces the ZeRO paper's Figure 1 (120, 31.4, 16.6, 1.9 GB per GPU).
 
     Rajbhandari et al. 2020, Figure 1: a 7.5B-parameter model, 64 GPUs, mixed-precision Adam
     (K = 12) needs 120, 31.4, 16.6 and 1.9 GB per GPU for stages 0 (DDP), 1, 2, 3."""
-    stages = evaluate(*[call("zero_memory_per_gpu", 7.5e9, 64, s) for s in range(4)])
+    stages = evaluate(*[call("zero_memory_per_rank", 7.5e9, 64, s) for s in range(4)])
     for stage, got, paper, exact in zip(range(4), stages, [120, 31.4, 16.6, 1.9], [120, 31.40625, 16.640625, 1.875]):
-        assert_value(got / 1e9, exact, f"zero_memory_per_gpu(7.5e9, 64, stage={stage}) in GB (paper: {paper})")
+        assert_value(got / 1e9, exact, f"zero_memory_per_rank(7.5e9, 64, zero_stage={stage}) in GB (paper: {paper})")
     (total,) = evaluate(call("training_memory_bytes", 7.5e9))
     assert total == 120_000_000_000 and isinstance(total, int), f"training_memory_bytes(7.5e9) = {total!r}"
 
@@ -44,7 +44,7 @@ def test_bubble_and_ring_all_reduce_examples():
     2 * 7/8 GB per rank; alone, nothing."""
     got = evaluate(
         call("pipeline_bubble_fraction", 4, 8),
-        call("pipeline_bubble_fraction", 4, 8, virtual_stages=2),
+        call("pipeline_bubble_fraction", 4, 8, num_chunks=2),
         call("pipeline_bubble_fraction", 1, 5),
         call("ring_all_reduce_bytes_per_rank", 1e9, 8),
         call("ring_all_reduce_bytes_per_rank", 1e9, 1),
@@ -102,21 +102,21 @@ def batches(*elements):
 @EXAMPLES
 @given(batches(counts, world, per_param))
 def test_zero_memory_matches_its_definition_on_random_models(cases):
-    """``zero_memory_per_gpu`` matches its definition on random models.
+    """``zero_memory_per_rank`` matches its definition on random models.
 
     Stage k shards the first k of (optimizer state, grads, params) across N GPUs; stage 0 is
     training_memory_bytes; memory never grows with the stage."""
     calls = []
     for n, w, (p, g, o) in cases:
         kw = dict(param_bytes=p, grad_bytes=g, optimizer_bytes=o)
-        calls += [call("zero_memory_per_gpu", n, w, s, **kw) for s in range(4)]
+        calls += [call("zero_memory_per_rank", n, w, s, **kw) for s in range(4)]
         calls.append(call("training_memory_bytes", n, **kw))
     values = evaluate(*calls)
     for i, (n, w, (p, g, o)) in enumerate(cases):
         got = values[5 * i : 5 * i + 5]
         expected = [n * (p + g + o), n * (p + g) + n * o / w, n * p + n * (g + o) / w, n * (p + g + o) / w]
         for stage in range(4):
-            assert_value(got[stage], expected[stage], f"zero_memory_per_gpu({n}, {w}, {stage}, p={p}, g={g}, o={o})")
+            assert_value(got[stage], expected[stage], f"zero_memory_per_rank({n}, {w}, {stage}, p={p}, g={g}, o={o})")
         assert got[4] == n * (p + g + o), f"training_memory_bytes({n}, p={p}, g={g}, o={o}) = {got[4]}"
         assert all(a >= b for a, b in zip(got[:4], got[1:4])), f"memory grows with the stage: {got[:4]}"
 
@@ -132,8 +132,8 @@ def test_ring_bytes_and_bubbles_match_their_definitions_on_random_inputs(cases):
     for m_bytes, n, p, m, v in cases:
         calls += [
             call("ring_all_reduce_bytes_per_rank", m_bytes, n),
-            call("pipeline_bubble_fraction", p, m, virtual_stages=v),
-            call("pipeline_bubble_fraction", p, m + 1, virtual_stages=v),
+            call("pipeline_bubble_fraction", p, m, num_chunks=v),
+            call("pipeline_bubble_fraction", p, m + 1, num_chunks=v),
         ]
     values = evaluate(*calls)
     for i, (m_bytes, n, p, m, v) in enumerate(cases):
@@ -196,17 +196,17 @@ BAD_INPUT = [
     bad("task6_1", "ValueError", call("training_memory_bytes", -1), "num_params"),
     bad("task6_1", "TypeError", call("training_memory_bytes", "7.5e9"), "num_params"),
     bad("task6_1", "ValueError", call("training_memory_bytes", 10, optimizer_bytes=-4), "optimizer_bytes"),
-    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 64, 4), "stage"),
-    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 64, -1), "stage"),
-    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 0, 1), "world_size"),
-    bad("task6_1", "TypeError", call("zero_memory_per_gpu", 7.5e9, 2.5, 1), "world_size"),
-    bad("task6_1", "ValueError", call("zero_memory_per_gpu", float("nan"), 8, 1), "num_params"),
-    bad("task6_1", "ValueError", call("zero_memory_per_gpu", 7.5e9, 8, 1, grad_bytes=-2), "grad_bytes"),
+    bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 64, 4), "zero_stage"),
+    bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 64, -1), "zero_stage"),
+    bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 0, 1), "world_size"),
+    bad("task6_1", "TypeError", call("zero_memory_per_rank", 7.5e9, 2.5, 1), "world_size"),
+    bad("task6_1", "ValueError", call("zero_memory_per_rank", float("nan"), 8, 1), "num_params"),
+    bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 8, 1, grad_bytes=-2), "grad_bytes"),
     bad("task6_2", "ValueError", call("ring_all_reduce_bytes_per_rank", -5, 4), "num_bytes"),
     bad("task6_2", "ValueError", call("ring_all_reduce_bytes_per_rank", 100, 0), "world_size"),
     bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 0, 8), "num_stages"),
     bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 4, 0), "num_microbatches"),
-    bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 4, 8, virtual_stages=0), "virtual_stages"),
+    bad("task6_2", "ValueError", call("pipeline_bubble_fraction", 4, 8, num_chunks=0), "num_chunks"),
     bad("task6_2", "TypeError", call("pipeline_bubble_fraction", 4.0, 8), "num_stages"),
     bad("task6_3", "ValueError", call("training_flops", -1e9, 1e12), "num_params"),
     bad("task6_3", "ValueError", call("training_flops", 1e9, -1), "num_tokens"),

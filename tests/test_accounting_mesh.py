@@ -19,7 +19,7 @@ from tests.harness.bad_input import BadInput, assert_rejected_before_communicati
 from tests.oracles.accounting import call, evaluate
 
 GB = 1e9
-LLAMA3_405B = dict(num_params=405e9, num_layers=126, hidden=16384, heads=128, seq=8192)
+LLAMA3_405B = dict(num_params=405e9, num_layers=126, d_model=16384, heads=128, seq=8192)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,10 +32,10 @@ def zero_states(params: float, dp: int, zero: int) -> float:
     return params * replicated + params * (16 - replicated) / dp
 
 
-def memory(num_params, num_layers, hidden, heads, seq, microbatch, *, dp, tp, pp, zero_stage, num_microbatches,
+def memory(num_params, num_layers, d_model, heads, seq, microbatch, *, dp, tp, pp, zero_stage, num_microbatches,
            recompute="selective", expert_params=0, ep=1, **_) -> float:  # fmt: skip
-    sbh_t = seq * microbatch * hidden / tp
-    per_layer = {"none": sbh_t * (34 + 5 * heads * seq / hidden), "selective": 34 * sbh_t, "full": 2 * sbh_t}
+    sbh_t = seq * microbatch * d_model / tp
+    per_layer = {"none": sbh_t * (34 + 5 * heads * seq / d_model), "selective": 34 * sbh_t, "full": 2 * sbh_t}
     states = zero_states((num_params - expert_params) / (tp * pp), dp, zero_stage)
     if expert_params:
         states += zero_states(expert_params / (ep * pp), dp // ep, zero_stage)
@@ -50,31 +50,31 @@ def ring(nbytes: float, n: int) -> float:
 # ## Task 7.4: memory, traffic and the planner
 # ---------------------------------------------------------------------------------------------
 
-MEMORY_CASES = {  # id -> keyword arguments of parallel_memory_per_gpu
+MEMORY_CASES = {  # id -> keyword arguments of parallel_memory_per_rank
     "405b-tp8-pp16-dp128-zero2": dict(**LLAMA3_405B, microbatch=1, dp=128, tp=8, pp=16, zero_stage=2,
                                       num_microbatches=16),
-    "7b-dp8-zero1": dict(num_params=7e9, num_layers=32, hidden=4096, heads=32, seq=4096, microbatch=1, dp=8, tp=1,
+    "7b-dp8-zero1": dict(num_params=7e9, num_layers=32, d_model=4096, heads=32, seq=4096, microbatch=1, dp=8, tp=1,
                          pp=1, zero_stage=1, num_microbatches=64),
-    "no-recompute-tp4-pp3-m2": dict(num_params=13e9, num_layers=40, hidden=5120, heads=40, seq=2048, microbatch=2,
+    "no-recompute-tp4-pp3-m2": dict(num_params=13e9, num_layers=40, d_model=5120, heads=40, seq=2048, microbatch=2,
                                     dp=4, tp=4, pp=3, zero_stage=0, num_microbatches=2, recompute="none"),
-    "full-recompute-zero3": dict(num_params=70e9, num_layers=80, hidden=8192, heads=64, seq=4096, microbatch=1,
+    "full-recompute-zero3": dict(num_params=70e9, num_layers=80, d_model=8192, heads=64, seq=4096, microbatch=1,
                                  dp=16, tp=2, pp=2, zero_stage=3, num_microbatches=8, recompute="full"),
-    "moe-ep8": dict(num_params=141e9, expert_params=135e9, ep=8, num_layers=56, hidden=6144, heads=48, seq=4096,
+    "moe-ep8": dict(num_params=141e9, expert_params=135e9, ep=8, num_layers=56, d_model=6144, heads=48, seq=4096,
                     microbatch=1, dp=32, tp=4, pp=4, zero_stage=1, num_microbatches=32),
 }  # fmt: skip
 
 
 def _positional(case: dict) -> tuple[tuple, dict]:
-    names = ["num_params", "num_layers", "hidden", "heads", "seq", "microbatch"]
+    names = ["num_params", "num_layers", "d_model", "heads", "seq", "microbatch"]
     return tuple(case[n] for n in names), {k: v for k, v in case.items() if k not in names}
 
 
 @pytest.mark.task7_4
 @pytest.mark.parametrize("case", MEMORY_CASES)
 def test_parallel_memory_is_sharded_states_plus_the_first_stages_activations(case):
-    """parallel_memory_per_gpu = ZeRO-sharded states of P/(tp*pp) + per-layer activations x ceil(L/pp) x min(pp, m)."""
+    """parallel_memory_per_rank = ZeRO-sharded states of P/(tp*pp) + per-layer activations x ceil(L/pp) x min(pp, m)."""
     args, kwargs = _positional(MEMORY_CASES[case])
-    (got,) = evaluate(call("parallel_memory_per_gpu", *args, **kwargs))
+    (got,) = evaluate(call("parallel_memory_per_rank", *args, **kwargs))
     want = memory(*args, **kwargs)
     assert math.isclose(got, want, rel_tol=1e-9), f"{case}: got {got / GB:.4f} GB, expected {want / GB:.4f} GB"
 
@@ -85,8 +85,8 @@ def test_parallel_memory_of_llama3_405b_matches_the_hand_computation():
     base = dict(**LLAMA3_405B, microbatch=1, dp=128, tp=8, pp=16, num_microbatches=16)
     args, kwargs = _positional(base)
     got, states_only = evaluate(
-        call("parallel_memory_per_gpu", *args, zero_stage=2, **kwargs),
-        call("zero_memory_per_gpu", 405e9 / 128, 128, 2),
+        call("parallel_memory_per_rank", *args, zero_stage=2, **kwargs),
+        call("zero_memory_per_rank", 405e9 / 128, 128, 2),
     )
     activations = 34 * 8192 * 16384 / 8 * 8 * 16  # per layer x 8 layers x 16 microbatches in flight
     assert math.isclose(states_only, 6.67e9, rel_tol=1e-3), f"states {states_only / GB:.3f} GB, expected 6.67"
@@ -101,7 +101,7 @@ def test_parallel_memory_of_llama3_405b_matches_the_hand_computation():
 def test_communication_per_axis_follows_the_ring_formulas(zero_stage):
     """tp: 4 ring all-reduces of 2sbh per layer and microbatch; pp: 2 x 2sbh x m; dp: ring all-reduce of the grads."""
     kw = dict(dp=16, tp=4, pp=4, zero_stage=zero_stage, num_microbatches=8)
-    (got,) = evaluate(call("communication_bytes_per_gpu", 13e9, 40, 5120, 2048, 2, **kw))
+    (got,) = evaluate(call("communication_bytes_per_rank", 13e9, 40, 5120, 2048, 2, **kw))
     act = 2 * 2048 * 2 * 5120
     want = {"tp": 4 * ring(act, 4) * 10 * 8, "pp": 2 * act * 8,
             "dp": ring(2 * 13e9 / 16, 16) * (1.5 if zero_stage == 3 else 1)}  # fmt: skip
@@ -115,18 +115,18 @@ def test_communication_per_axis_follows_the_ring_formulas(zero_stage):
 PLANS = {  # id -> (planner keyword arguments, expected (tp, pp, dp, zero_stage))
     "llama3-405b": (dict(**LLAMA3_405B, global_batch=2048, gpus_per_node=8, num_nodes=2048, gpu_memory_bytes=80e9),
                     (8, 16, 128, 2)),
-    "7b-one-node": (dict(num_params=7e9, num_layers=32, hidden=4096, heads=32, seq=4096, global_batch=512,
+    "7b-one-node": (dict(num_params=7e9, num_layers=32, d_model=4096, heads=32, seq=4096, global_batch=512,
                          gpus_per_node=8, num_nodes=1, gpu_memory_bytes=80e9), (1, 1, 8, 1)),
-    "70b-two-nodes-full-recompute": (dict(num_params=70e9, num_layers=80, hidden=8192, heads=64, seq=4096,
+    "70b-two-nodes-full-recompute": (dict(num_params=70e9, num_layers=80, d_model=8192, heads=64, seq=4096,
                                           global_batch=512, gpus_per_node=8, num_nodes=2, gpu_memory_bytes=80e9,
                                           recompute="full"), (8, 1, 2, 2)),
-    "13b-on-a-40gb-node": (dict(num_params=13e9, num_layers=40, hidden=5120, heads=40, seq=2048, global_batch=256,
+    "13b-on-a-40gb-node": (dict(num_params=13e9, num_layers=40, d_model=5120, heads=40, seq=2048, global_batch=256,
                                 gpus_per_node=8, num_nodes=1, gpu_memory_bytes=40e9), (4, 1, 2, 1)),
 }  # fmt: skip
 
 
 def _plan_args(case: dict) -> tuple[tuple, dict]:
-    names = ["num_params", "num_layers", "hidden", "heads", "seq", "global_batch"]
+    names = ["num_params", "num_layers", "d_model", "heads", "seq", "global_batch"]
     return tuple(case[n] for n in names), {k: v for k, v in case.items() if k not in names}
 
 
@@ -142,7 +142,9 @@ def test_planner_picks_the_configuration_its_rules_choose(case):
     m = kwargs["global_batch"] // dp
     want = memory(*args[:5], 1, dp=dp, tp=tp, pp=pp, zero_stage=zero, num_microbatches=m, **kw)
     assert plan["num_microbatches"] == m, f"{case}: num_microbatches {plan['num_microbatches']}, expected {m}"
-    assert math.isclose(plan["memory_per_gpu"], want, rel_tol=1e-9), f"{case}: memory_per_gpu {plan['memory_per_gpu']}"
+    assert math.isclose(plan["memory_per_rank"], want, rel_tol=1e-9), (
+        f"{case}: memory_per_rank {plan['memory_per_rank']}"
+    )
     assert set(plan["bytes_per_axis"]) == {"tp", "pp", "dp"}, f"{case}: bytes_per_axis {plan['bytes_per_axis']}"
     assert plan["rows"] and plan["rows"][-1]["fits"], f"{case}: the last row of the table is the chosen, fitting one"
     assert not any(r["fits"] for r in plan["rows"][:-1]), f"{case}: the planner passed over a row that fits"
@@ -170,11 +172,11 @@ def test_deepseek_v3_and_mixtral_published_layouts_fit():
     DeepSeek-V3: 61 layers, h = 7168, 128 heads, 654e9 of its 671e9 parameters in experts, 15360 sequences of
     4096 tokens per step (120 microbatches per dp rank); Mixtral 8x22B: 56 layers, h = 6144, 48 heads.
     """
-    deepseek = dict(num_params=671e9, expert_params=654e9, ep=64, num_layers=61, hidden=7168, heads=128, seq=4096,
+    deepseek = dict(num_params=671e9, expert_params=654e9, ep=64, num_layers=61, d_model=7168, heads=128, seq=4096,
                     microbatch=1, dp=128, tp=1, pp=16, zero_stage=1, num_microbatches=120)  # fmt: skip
     mixtral = MEMORY_CASES["moe-ep8"]
     got = evaluate(
-        *[call("parallel_memory_per_gpu", *_positional(c)[0], **_positional(c)[1]) for c in (deepseek, mixtral)]
+        *[call("parallel_memory_per_rank", *_positional(c)[0], **_positional(c)[1]) for c in (deepseek, mixtral)]
     )
     for name, case, value in zip(["DeepSeek-V3", "Mixtral 8x22B"], [deepseek, mixtral], got):
         want = memory(*_positional(case)[0], **_positional(case)[1])
@@ -214,7 +216,7 @@ def test_picked_configurations_fit_and_respect_the_placement_rules():
         )
         m = s["global_batch"] // (c["dp"] * c["microbatch"])
         sizes = dict(dp=c["dp"], tp=c["tp"], pp=c["pp"], num_microbatches=m, ep=c["ep"])
-        args = (s["num_params"], s["num_layers"], s["hidden"], s["heads"], s["seq"], c["microbatch"])
+        args = (s["num_params"], s["num_layers"], s["d_model"], s["heads"], s["seq"], c["microbatch"])
         extra = dict(recompute=s["recompute"], expert_params=s.get("expert_params", 0))
         fits = [memory(*args, zero_stage=z, **sizes, **extra) <= s["gpu_memory_bytes"] for z in range(4)]
         used = memory(*args, zero_stage=c["zero_stage"], **sizes, **extra)
@@ -231,17 +233,17 @@ def test_picked_configurations_fit_and_respect_the_placement_rules():
 _SIZES = dict(dp=2, tp=2, pp=2, zero_stage=1, num_microbatches=4)
 
 BAD_INPUT = [
-    BadInput("memory-zero-stage-4", lambda A, ctx: A.parallel_memory_per_gpu(1e9, 4, 64, 4, 16, 1, **{**_SIZES,
+    BadInput("memory-zero-stage-4", lambda A, ctx: A.parallel_memory_per_rank(1e9, 4, 64, 4, 16, 1, **{**_SIZES,
              "zero_stage": 4}), "ValueError", names="zero_stage", task="task7_4"),
-    BadInput("memory-tp-not-an-int", lambda A, ctx: A.parallel_memory_per_gpu(1e9, 4, 64, 4, 16, 1, **{**_SIZES,
+    BadInput("memory-tp-not-an-int", lambda A, ctx: A.parallel_memory_per_rank(1e9, 4, 64, 4, 16, 1, **{**_SIZES,
              "tp": 2.0}), "TypeError", names="tp", task="task7_4"),
-    BadInput("memory-unknown-recompute", lambda A, ctx: A.parallel_memory_per_gpu(1e9, 4, 64, 4, 16, 1, **_SIZES,
+    BadInput("memory-unknown-recompute", lambda A, ctx: A.parallel_memory_per_rank(1e9, 4, 64, 4, 16, 1, **_SIZES,
              recompute="some"), "ValueError", names="recompute", task="task7_4"),
-    BadInput("memory-heads-not-divisible-by-tp", lambda A, ctx: A.parallel_memory_per_gpu(1e9, 4, 64, 3, 16, 1,
+    BadInput("memory-heads-not-divisible-by-tp", lambda A, ctx: A.parallel_memory_per_rank(1e9, 4, 64, 3, 16, 1,
              **_SIZES), "ValueError", names="heads", task="task7_4"),
-    BadInput("memory-dp-not-divisible-by-ep", lambda A, ctx: A.parallel_memory_per_gpu(1e9, 4, 64, 4, 16, 1,
+    BadInput("memory-dp-not-divisible-by-ep", lambda A, ctx: A.parallel_memory_per_rank(1e9, 4, 64, 4, 16, 1,
              **_SIZES, expert_params=5e8, ep=4), "ValueError", names="ep", task="task7_4"),
-    BadInput("traffic-dp-zero", lambda A, ctx: A.communication_bytes_per_gpu(1e9, 4, 64, 16, 1, **{**_SIZES, "dp": 0}),
+    BadInput("traffic-dp-zero", lambda A, ctx: A.communication_bytes_per_rank(1e9, 4, 64, 16, 1, **{**_SIZES, "dp": 0}),
              "ValueError", names="dp", task="task7_4"),
     BadInput("plan-nothing-fits", lambda A, ctx: A.plan_parallelism(1e12, 4, 64, 4, 16, 8, gpus_per_node=2,
              num_nodes=1, gpu_memory_bytes=1e9), "ValueError", names="gpu_memory_bytes", task="task7_4"),

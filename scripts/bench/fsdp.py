@@ -12,7 +12,7 @@ step (before zero_grad), the bytes of parameter, gradient and optimizer-state st
     fsdp           the implementation's FSDP (Linear weights sharded, biases/norms replicated)
     torch_fsdp2    torch.distributed.fsdp.fully_shard on every block and the root, where it runs
 
-The table compares bytes with the accounting formula (zero_memory_per_gpu with 4 + 4 + 8 bytes per
+The table compares bytes with the accounting formula (zero_memory_per_rank with 4 + 4 + 8 bytes per
 parameter: fp32 weights, grads, Adam's m and v) and step time with fully_shard measured in the same
 run; the plot shows bytes per rank against world size with the formula's lines. Writes
 out/bench_fsdp.{csv,png}. Stages 1 and 2 are -m scripts.bench.sharded_optimizer.

@@ -13,7 +13,7 @@ step (before zero_grad), the bytes of parameter, gradient and optimizer-state st
     stage2         ShardedOptimizer(shard_gradients=True) (step reduce-scatters the grads)
     torch_zero1    torch.distributed.optim.ZeroRedundancyOptimizer (grads all-reduced by the caller)
 
-The table compares bytes with the accounting formula (zero_memory_per_gpu with 4 + 4 + 8 bytes per
+The table compares bytes with the accounting formula (zero_memory_per_rank with 4 + 4 + 8 bytes per
 parameter: fp32 weights, grads, Adam's m and v) and step time with ZeroRedundancyOptimizer measured in
 the same run; the plot shows bytes per rank against world size with the formula's lines. Writes
 out/bench_sharded_optimizer.{csv,png}. Stage 3 is -m scripts.bench.fsdp.

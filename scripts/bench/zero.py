@@ -129,7 +129,7 @@ def run(args, name: str, methods: dict[str, tuple[int, str | None]], build) -> N
         world = w or dist.get_world_size()
         for method, (stage, counterpart) in methods.items():
             r = res[method]
-            formula = accounting.zero_memory_per_gpu(num_params, world, stage, **BYTES)
+            formula = accounting.zero_memory_per_rank(num_params, world, stage, **BYTES)
             if "error" in r:
                 rows.append([world, method, "n/a", "n/a", "n/a", "n/a", formula / 2**20, "n/a", r["error"]])
                 continue
@@ -153,7 +153,7 @@ def run(args, name: str, methods: dict[str, tuple[int, str | None]], build) -> N
     def draw(ax):
         worlds = sorted({w for _, w in measured})
         for stage in stages:
-            formula = [accounting.zero_memory_per_gpu(num_params, w, stage, **BYTES) / 2**20 for w in worlds]
+            formula = [accounting.zero_memory_per_rank(num_params, w, stage, **BYTES) / 2**20 for w in worlds]
             ax.plot(worlds, formula, ["-", "--", "-.", ":"][stage], color="gray", label=f"formula, stage {stage}")
         for i, (method, marker) in enumerate(zip(methods, "osD^xv")):
             # a small sideways offset per method, so equal values (yours vs torch's) stay visible

@@ -105,9 +105,9 @@ def draw_hsdp(path: Path, accounting=None) -> Path:
     grad_bytes = 2 * params
     ring = accounting.ring_all_reduce_bytes_per_rank
     schemes = {  # name -> (model-state bytes per GPU, bytes per GPU crossing nodes per step)
-        "DDP (512)": (accounting.zero_memory_per_gpu(params, n, 0), ring(grad_bytes, n)),
-        "FSDP over 512": (accounting.zero_memory_per_gpu(params, n, 3), 1.5 * ring(grad_bytes, n)),
-        "HSDP 8 x 64": (accounting.zero_memory_per_gpu(params, per_node, 3), ring(grad_bytes / per_node, nodes)),
+        "DDP (512)": (accounting.zero_memory_per_rank(params, n, 0), ring(grad_bytes, n)),
+        "FSDP over 512": (accounting.zero_memory_per_rank(params, n, 3), 1.5 * ring(grad_bytes, n)),
+        "HSDP 8 x 64": (accounting.zero_memory_per_rank(params, per_node, 3), ring(grad_bytes / per_node, nodes)),
     }
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     names = list(schemes)
@@ -127,7 +127,7 @@ def draw_hsdp(path: Path, accounting=None) -> Path:
 def draw_placement(path: Path, accounting=None) -> Path:
     """``accounting`` as for ``draw_hsdp``."""
     accounting = accounting or load_impl(default_impl(), "accounting")
-    traffic = accounting.communication_bytes_per_gpu(405e9, 126, 16384, 8192, 1, dp=128, tp=8, pp=16, zero_stage=2,
+    traffic = accounting.communication_bytes_per_rank(405e9, 126, 16384, 8192, 1, dp=128, tp=8, pp=16, zero_stage=2,
                                                      num_microbatches=16)  # fmt: skip
     axes_ = ["tp", "pp", "dp"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))

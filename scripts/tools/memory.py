@@ -28,7 +28,7 @@ def plan(accounting, params: float, gpus: int, gpu_memory_gb: float, reserve: fl
     budget = gpu_memory_gb * (1 - reserve)
     rows = []
     for stage, what in STAGES.items():
-        gb = accounting.zero_memory_per_gpu(params, gpus, stage, **bytes_per_param) / 1e9
+        gb = accounting.zero_memory_per_rank(params, gpus, stage, **bytes_per_param) / 1e9
         rows.append([stage, what, gb, "yes" if gb <= budget else "no"])
     return rows
 

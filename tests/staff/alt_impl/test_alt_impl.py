@@ -29,7 +29,7 @@ def test_the_alternative_answers_in_its_own_words():
     from tests.staff.alt_impl import accounting, collectives, pipeline
 
     calls = [
-        (lambda: accounting.zero_memory_per_gpu(7.5e9, 64, 4), "stage"),
+        (lambda: accounting.zero_memory_per_rank(7.5e9, 64, 4), "zero_stage"),
         (lambda: pipeline.split_into_stages(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0), "num_stages"),
         (lambda: collectives.all_reduce(torch.ones(2), op="max"), "op"),
     ]

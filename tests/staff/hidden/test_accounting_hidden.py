@@ -5,7 +5,7 @@
 The public random tests draw whole bytes per parameter. Quantised formats are not whole: 4-bit
 weights take 0.5 bytes, an 8-bit Adam 2 bytes of state plus a 4-byte master copy, and block-wise
 scales add fractions. ``training_memory_bytes`` promises the product rounded to the NEAREST int
-(not truncated); ``zero_memory_per_gpu`` keeps fractions.
+(not truncated); ``zero_memory_per_rank`` keeps fractions.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ CASES = [(3, 1.3, 2, 12), (7, 0.5, 2.25, 6.125), (1_000_003, 0.5625, 2, 6), (11,
 @pytest.mark.task6_1
 def test_memory_with_fractional_bytes_per_parameter_rounds_to_the_nearest_byte():
     """With fractional bytes per parameter (quantised formats), training_memory_bytes rounds to the
-    nearest int and zero_memory_per_gpu keeps the exact fractional bytes at every stage."""
+    nearest int and zero_memory_per_rank keeps the exact fractional bytes at every stage."""
     calls = []
     for n, p, g, o in CASES:
         kw = dict(param_bytes=p, grad_bytes=g, optimizer_bytes=o)
         calls += [
             call("training_memory_bytes", n, **kw),
-            *[call("zero_memory_per_gpu", n, 8, s, **kw) for s in range(4)],
+            *[call("zero_memory_per_rank", n, 8, s, **kw) for s in range(4)],
         ]
     values = evaluate(*calls)
     for i, (n, p, g, o) in enumerate(CASES):
@@ -40,4 +40,4 @@ def test_memory_with_fractional_bytes_per_parameter_rounds_to_the_nearest_byte()
         )
         expected = [exact, n * (p + g) + n * o / 8, n * p + n * (g + o) / 8, exact / 8]
         for stage, (got, want) in enumerate(zip(stages, expected)):
-            assert_value(got, want, f"zero_memory_per_gpu({n}, 8, {stage}, p={p}, g={g}, o={o})")
+            assert_value(got, want, f"zero_memory_per_rank({n}, 8, {stage}, p={p}, g={g}, o={o})")

@@ -859,16 +859,16 @@ MUTANTS = [
         "accounting_stage2_as_stage1",
         "accounting",
         "ZeRO stage 2 memory computed as stage 1 (gradients left replicated)",
-        old="replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[stage]",
-        new="replicated = {0: p + g + o, 1: p + g, 2: p + g, 3: 0}[stage]",
+        old="replicated = {0: p + g + o, 1: p + g, 2: p, 3: 0}[zero_stage]",
+        new="replicated = {0: p + g + o, 1: p + g, 2: p + g, 3: 0}[zero_stage]",
         caught_by=ACCOUNTING("figure_1", "stage=2"),
     ),
     Mutant(
         "accounting_bubble_ratio",
         "accounting",
         "Bubble as Megatron's ratio to the ideal time, (p-1)/(v*m), not a fraction of the step",
-        old='v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)',
-        new='v = _count(virtual_stages, "virtual_stages", minimum=1, integer=True)\n    return (p - 1) / (v * m)',
+        old='v = _count(num_chunks, "num_chunks", minimum=1, integer=True)\n    return (p - 1) / (v * m + p - 1)',
+        new='v = _count(num_chunks, "num_chunks", minimum=1, integer=True)\n    return (p - 1) / (v * m)',
         caught_by=ACCOUNTING("bubble_and_ring", "p4 m8: expected"),
     ),
     Mutant(
@@ -898,9 +898,9 @@ MUTANTS = [
     Mutant(
         "accounting_no_stage_check",
         "accounting",
-        "zero_memory_per_gpu treats any stage above 3 as stage 3 instead of rejecting it",
-        old="if stage not in (0, 1, 2, 3):",
-        new="stage = min(stage, 3)\n    if stage not in (0, 1, 2, 3):",
+        "zero_memory_per_rank treats any zero_stage above 3 as stage 3 instead of rejecting it",
+        old='raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (the ZeRO stages), got {zero_stage}")',
+        new="zero_stage = 3",
         caught_by=ACCOUNTING("bad_input and stage", "instead of raising"),
     ),
     Mutant(
