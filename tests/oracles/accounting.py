@@ -9,8 +9,8 @@ one batch of calls, gets each call's value back (or the exception it raised) and
 ``evaluate`` fails the test, naming the call, if one raised; ``assert_value`` compares a number
 with the handout's; ``EXAMPLES`` is the hypothesis settings of the property tests.
 
-Used by tests/test_accounting.py, tests/test_accounting_mesh.py,
-tests/test_accounting_context_parallel.py and tests/staff/hidden/test_accounting_hidden.py.
+Used by tests/test_accounting.py, tests/test_mesh_accounting.py,
+tests/test_context_parallel_accounting.py and tests/staff/hidden/test_accounting_hidden.py.
 """
 
 from __future__ import annotations

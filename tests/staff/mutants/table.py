@@ -84,12 +84,12 @@ ACCOUNTING_HIDDEN = partial(Check, "tests/staff/hidden/test_accounting_hidden.py
 MESH = partial(Check, "tests/test_mesh.py", world_sizes="4", deadline=20)
 MESH_SUBGROUPS = partial(Check, "tests/test_mesh_subgroups.py", world_sizes="4", deadline=20)
 MESH_HIDDEN = partial(Check, "tests/staff/hidden/test_mesh_hidden.py", world_sizes="4", deadline=20)
-PLANNER = partial(Check, "tests/test_accounting_mesh.py", world_sizes="4", deadline=20)
+PLANNER = partial(Check, "tests/test_mesh_accounting.py", world_sizes="4", deadline=20)
 EP = partial(Check, "tests/test_expert_parallel.py", names=RANK)
 EP_HIDDEN = partial(Check, "tests/staff/hidden/test_expert_parallel_hidden.py", deadline=20)
 CP = partial(Check, "tests/test_context_parallel.py", deadline=15, names=RANK)
 CP_HIDDEN = partial(Check, "tests/staff/hidden/test_context_parallel_hidden.py", deadline=15, names=RANK)
-CP_ACCOUNTING = partial(Check, "tests/test_accounting_context_parallel.py", deadline=15)
+CP_ACCOUNTING = partial(Check, "tests/test_context_parallel_accounting.py", deadline=15)
 
 # Recurring selections.
 SUMS = "::test_every_algorithm_sums_exactly_in_place"

@@ -1,6 +1,6 @@
 """Part 9, task 9.4: context-parallel accounting (handouts/09-context-parallel.md §9.4).
 
-    pytest tests/test_accounting_context_parallel.py     # accounting.py's section 9.4
+    pytest tests/test_context_parallel_accounting.py     # accounting.py's section 9.4
 
 Pure functions, run in one rank like Part 6's (its ``evaluate`` helper). The parent judges against the
 handout's worked examples and its own recomputation of the formulas on random inputs (hypothesis);

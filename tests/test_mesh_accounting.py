@@ -1,7 +1,7 @@
 """Part 7, tasks 7.4-7.5: placement and planning (handouts/07-mesh.md §7.4-7.5).
 
-    pytest tests/test_accounting_mesh.py               # accounting.py's last section and mesh.pick_configs
-    pytest tests/test_accounting_mesh.py -m task7_4    # only the accounting
+    pytest tests/test_mesh_accounting.py               # accounting.py's last section and mesh.pick_configs
+    pytest tests/test_mesh_accounting.py -m task7_4    # only the accounting
 
 Pure functions, run in one rank like Part 6's. The parent judges against its own recomputation
 of the formulas of the handout, against hand-worked examples, and against the published

@@ -1,6 +1,6 @@
 """Part 8, task 8.4: expert-parallel accounting (handouts/08-expert-parallel.md §8.4).
 
-    pytest tests/test_accounting_expert_parallel.py    # accounting.py's expert-parallel section
+    pytest tests/test_expert_parallel_accounting.py    # accounting.py's expert-parallel section
 
 Pure functions, run in one rank like Part 6's. The parent judges against hand-worked numbers and its
 own recomputation of the handout's formulas; bad input must raise ValueError/TypeError naming the
