@@ -5,8 +5,15 @@ sections follow the course: §1.7 (the alpha-beta model), §5.6 (pipeline schedu
 communication, FLOPs, activations), §7.4 (placement and planning), §8.4 and §9.4. They are pure
 functions (no communication); the tests check them against the numbers in the papers cited below
 and against random inputs, and check that bad input raises ``ValueError``/``TypeError`` naming the
-argument. Every count may be an int or a float (7.5e9 parameters). Bytes are plain bytes (divide by
-1e9 for the GB of the papers, by 2**30 for GiB).
+argument. Counts of whole things must be ``int`` (a float raises ``TypeError`` naming the argument,
+even 8.0): world sizes and degrees of parallelism (``world_size``, ``dp``, ``tp``, ``pp``, ``cp``,
+``ep``, ``gpus_per_node``, ``num_nodes``), stages, chunks, microbatches (``microbatch``,
+``global_batch``, ``held_microbatches``), ``zero_stage``, layers, heads, experts, ``top_k`` and the
+sizes of a tensor (``seq``, ``batch``, ``d_model``, ``d_ff``, ``head_dim``). Amounts may be an int or
+a float: parameters (7.5e9, also ``expert_params``), tokens (``num_tokens``, ``tokens``), bytes
+(``num_bytes``, ``gpu_memory_bytes``, ``activation_bytes``, ``input_bytes``), bytes per element or
+parameter, seconds and rates (``alpha``, ``beta``, ``*_time``, ``*_per_second``). Bytes are plain
+bytes (divide by 1e9 for the GB of the papers, by 2**30 for GiB).
 
     from cs336_systems.accounting import zero_memory_per_rank
     zero_memory_per_rank(7.5e9, 64, zero_stage=3) / 1e9     # 1.875 GB, the ZeRO paper's Figure 1

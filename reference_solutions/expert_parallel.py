@@ -3,8 +3,13 @@
 Your task (handouts/08-expert-parallel.md): write the uneven all-to-all as an autograd function
 (8.1), the expert-parallel MoE layer that reproduces ``models.MoE`` exactly, dropped tokens
 included (8.2), and the gradient averaging of an EP x DP grid (8.3). Use the built-in collectives
-of torch.distributed (``all_to_all_single``, ``all_gather_into_tensor``, ``all_reduce``) over the
-group you are given (None = WORLD); with one rank you may skip communicating.
+of torch.distributed (``all_to_all_single``, ``all_reduce`` and, for the counts, ``all_gather`` into
+a list of tensors or ``all_gather_single``) over the group you are given (None = WORLD); with one
+rank you may skip communicating. ``all_gather_single`` is torch 2.13's name for
+``all_gather_into_tensor``, which there raises a FutureWarning on every rank; older torches have only
+the old name, so ``getattr(dist, "all_gather_single", dist.all_gather_into_tensor)`` works on all of
+them, on gloo and NCCL alike. Its output must be the W inputs concatenated on dim 0, ``(W·E, k)``
+for ``(E, k)`` counts: gloo rejects a stacked ``(W, E, k)`` or a flat output, which NCCL accepts.
 
 The E experts of ``models.MoE`` are split evenly over the W ranks of ``group`` (the EP group):
 rank q holds experts q*E/W ... (q+1)*E/W - 1; the router is replicated. Every rank routes its own
@@ -12,7 +17,7 @@ tokens, and a token reaches its expert's rank and comes back in two all-to-alls 
 al. 2020; the layout of Megatron-Core's ``MoEAlltoAllTokenDispatcher``):
 
     tokens (n, d) --route--> assignments sorted by (expert, choice, token), over-capacity ones dropped
-                  --counts all-gather--> every rank's (E, k) counts: splits and capacity queues
+                  --counts all-gather--> every rank's (E, k) counts, (W·E, k): splits and capacity queues
                   --dispatch all-to-all--> rows for my experts, (m, d) --local experts--> (m, d)
                   --combine all-to-all--> back in my sorted order --x weights, index_add--> (n, d)
 
@@ -151,7 +156,9 @@ class ExpertParallelMoE(nn.Module):
     whole group, and the same drop rule (each expert's queue ordered choice-major, then by global
     token order: rank 0's tokens first), dropped assignments contributing zero. Communication, in
     this order: one all-gather of every rank's per-(expert, choice) assignment counts (int64, (E, k)
-    per rank: the splits and the capacity queues follow from it), then one ``all_to_all_tokens`` that
+    per rank, gathered as W blocks concatenated on dim 0, (W·E, k), the one layout gloo's
+    ``all_gather_single`` accepts besides a list of W tensors through ``all_gather``; the splits and the
+    capacity queues follow from it), then one ``all_to_all_tokens`` that
     dispatches the kept assignments' rows to their experts' ranks, then, after the local experts ran,
     one that brings the results back (combine); the weights are applied on the token's own rank.
     Backward makes exactly the two reverse all-to-alls (combine's, then dispatch's). Never an

@@ -222,7 +222,8 @@ class MeshTrainer:
          (``shard_gradients=True`` for 2), so optimizer state is split across the dp replicas.
 
     ``train_step(inputs, targets)`` zeroes the grads, runs the pipeline (``num_microbatches``,
-    ``schedule``) on this dp replica's batch, averages every gradient over ``mesh.group("dp")``
+    ``schedule``: "gpipe", "1f1b" or "zb-h1", as ``PipelineStage.train_step`` runs them; each stage
+    is one chunk, so not "interleaved") on this dp replica's batch, averages every gradient over ``mesh.group("dp")``
     with ``ddp.all_reduce_gradients_flat`` (stages 0 and 1; stage 2's optimizer reduce-scatters
     instead), and steps. The result is one step of ``optimizer_cls`` on the mean loss over the
     whole batch (all dp replicas' batches, of equal size, concatenated in dp order).
@@ -235,8 +236,8 @@ class MeshTrainer:
 
     Raises ``TypeError`` for a ``model`` that is not an ``nn.Sequential``, a ``mesh`` that is not a
     ``ProcessMesh`` or an ``optimizer_cls`` that is not an optimizer class, and ``ValueError`` if the
-    mesh lacks one of "dp", "pp", "tp", ``zero_stage`` is not 0, 1 or 2, or ``num_microbatches < 1``,
-    before any communication.
+    mesh lacks one of "dp", "pp", "tp", ``zero_stage`` is not 0, 1 or 2, ``schedule`` is not one of
+    "gpipe", "1f1b", "zb-h1", or ``num_microbatches < 1``, before any communication.
     """
 
     def __init__(self, model: nn.Sequential, mesh: ProcessMesh, loss_fn: Callable, optimizer_cls: type, *,
@@ -255,6 +256,8 @@ class MeshTrainer:
             raise ValueError(f"zero_stage must be 0, 1 or 2, got {zero_stage!r}")
         if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
             raise ValueError(f"num_microbatches must be an int >= 1, got {num_microbatches!r}")
+        if schedule not in ("gpipe", "1f1b", "zb-h1"):  # one chunk per stage: no "interleaved"
+            raise ValueError(f"schedule must be 'gpipe', '1f1b' or 'zb-h1', got {schedule!r}")
         self.mesh, self.num_microbatches, self.schedule = mesh, num_microbatches, schedule
         self.zero_stage, self.dp_group = zero_stage, mesh.group("dp")
 

@@ -200,6 +200,7 @@ BAD_INPUT = [
     bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 64, -1), "zero_stage"),
     bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 0, 1), "world_size"),
     bad("task6_1", "TypeError", call("zero_memory_per_rank", 7.5e9, 2.5, 1), "world_size"),
+    bad("task6_1", "TypeError", call("zero_memory_per_rank", 7.5e9, 64.0, 1), "world_size"),  # whole, still a float
     bad("task6_1", "ValueError", call("zero_memory_per_rank", float("nan"), 8, 1), "num_params"),
     bad("task6_1", "ValueError", call("zero_memory_per_rank", 7.5e9, 8, 1, grad_bytes=-2), "grad_bytes"),
     bad("task6_2", "ValueError", call("ring_all_reduce_bytes_per_rank", -5, 4), "num_bytes"),
@@ -215,6 +216,8 @@ BAD_INPUT = [
     bad("task6_4", "ValueError", call("activation_memory_per_layer", 0, 1, 64, 8), "seq"),
     bad("task6_4", "ValueError", call("activation_memory_per_layer", 128, 1, 64, 6, tp=4), "heads"),
     bad("task6_4", "ValueError", call("activation_memory_per_layer", 128, 1, 64, 8, tp=0), "tp"),
+    bad("task6_4", "TypeError", call("activation_memory_per_layer", 128.0, 1, 64, 8), "seq"),
+    bad("task6_4", "TypeError", call("activation_memory_per_layer", 128, 1, 64.0, 8), "d_model"),
     bad(
         "task6_4",
         "TypeError",
@@ -228,6 +231,7 @@ BAD_INPUT = [
 def test_bad_input_raises_naming_the_argument(case):
     """Bad input raises the promised ValueError or TypeError, whose message names the argument.
 
-    Negative counts, a stage outside 0-3, a world of 0, a non-integer where one is needed, heads that
-    tensor parallelism cannot split: the promised ValueError or TypeError, whose message names the argument."""
+    Negative counts, a stage outside 0-3, a world of 0, a float where an int is needed (even a whole
+    one: 64.0 ranks), heads that tensor parallelism cannot split: the promised ValueError or
+    TypeError, whose message names the argument."""
     assert_rejected_before_communicating(run_ranks(1, bad_input_rank, "accounting", case), case)
