@@ -47,6 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("--deadline", d.env_deadline(),
          f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
          {"type": float}),
+        ("--device-faithful", d.env_device_faithful(),
+         "ranks raise at any factory call without device= in implementation or test code: on NCCL it would make a "
+         "CPU tensor (tests/harness/device_faithful.py)", {"action": "store_true"}),
         ("--comm-trace", os.environ.get("CS336_TRACE"),
          "directory: every CommRecorder writes a Chrome-trace JSON of its rank's calls there (tests/harness/trace.py)",
          {}),
@@ -62,6 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Ranks started later inherit these, so the workers agree with the parent.
     os.environ[defaults.ENV_IMPL] = CONFIG.impl
     os.environ[defaults.ENV_BACKEND] = CONFIG.backend
+    if config.getoption("--device-faithful"):  # read by each rank (tests/harness/worker.py)
+        os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1"
     if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
         os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))
     for part, count in TASKS.items():

@@ -23,6 +23,10 @@ ENV_WORKER_LOG_LIMIT_MB, ENV_WORKER_MEMORY_LIMIT_MB = "CS336_WORKER_LOG_LIMIT_MB
 # Set to 1: a fresh default process group for every test, even after a passing one (tests/harness/pool.py);
 # slower (~30 ms a test), for when a passing test must not be able to leave a message for the next.
 ENV_FRESH_GROUPS = "CS336_FRESH_GROUPS"
+# Set to 1 (or pytest --device-faithful): every factory call without device= in implementation or rank code
+# raises, naming its call site (tests/harness/device_faithful.py): on NCCL it would make a CPU tensor.
+ENV_DEVICE_FAITHFUL = "CS336_DEVICE_FAITHFUL"
+ENV_DEVICE_FAITHFUL_LOG = "CS336_DEVICE_FAITHFUL_LOG"  # a file: list each site there instead of raising
 
 
 def resolve_impl(name: str) -> str:
@@ -48,3 +52,7 @@ def env_deadline() -> float:
 
 def env_fresh_groups() -> bool:
     return os.environ.get(ENV_FRESH_GROUPS, "0") not in ("", "0")
+
+
+def env_device_faithful() -> bool:
+    return os.environ.get(ENV_DEVICE_FAITHFUL, "0") not in ("", "0")

@@ -103,7 +103,13 @@ class _Rank:
         ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"],
                           unimportable=tuple(msg.get("unimportable", ())),
                           hung_functions=msg.get("hung_functions"))  # fmt: skip
-        value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
+        if msg.get("device_faithful"):  # factory calls without device= raise (tests/harness/device_faithful.py)
+            from tests.harness.device_faithful import DeviceFaithfulMode
+
+            with DeviceFaithfulMode(impl=msg["impl"], device=device):
+                value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
+        else:
+            value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
         if device.type == "cuda":
             torch.cuda.synchronize()
         return reply(msg["task"], Status.OK, value=_to_cpu(value), group_kept=self.group_kept())

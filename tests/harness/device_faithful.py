@@ -1,0 +1,106 @@
+"""Device-faithful mode: catch, on CPU and gloo, the allocations that would land on the wrong device under NCCL.
+
+Under NCCL every rank works on ``cuda:local_rank``, yet ``torch.zeros(n)`` (any factory call without
+``device=``) still makes a CPU tensor: all-reducing it fails ("No backend type associated with device type
+cpu"), adding it to a CUDA tensor fails, feeding it to a model on the GPU fails. On gloo the same code passes,
+because everything is on the CPU. With ``--device-faithful`` (or ``CS336_DEVICE_FAITHFUL=1``) each rank runs
+its test function under :class:`DeviceFaithfulMode`, which raises :class:`ImplicitDeviceAllocation` at any
+factory call without ``device=`` made from the implementation under test, from the given package
+(``cs336_systems``) or from the tests' own rank code (``tests/``), naming the call site. Calls from inside
+torch (``nn.Linear``'s parameters, optimizer state) are left alone: the caller moves them with ``.to``.
+
+What passes: ``device=x.device`` (or ``ctx.device``), ``torch.zeros_like(x)``, ``x.new_zeros(n)``, and an
+explicit ``device="cpu"`` where a CPU tensor is really meant (data drawn from a CPU generator and then moved,
+a CPU-side oracle): the keyword states the intent, and the mode takes it at its word.
+
+``CS336_DEVICE_FAITHFUL_LOG=FILE`` (with the mode on) appends each site to FILE instead of raising: every
+site of a whole run in one list.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
+
+from tests.harness import defaults
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_THIS_FILE = os.path.abspath(__file__)
+_REPO = str(Path(__file__).resolve().parents[2]) + os.sep
+_VENVS = tuple(_REPO + name + os.sep for name in (".venv", "venv", ".tox"))
+# Factories whose first argument may be a tensor, which they keep on its device.
+_FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
+
+
+class ImplicitDeviceAllocation(RuntimeError):
+    """A factory call without ``device=`` in implementation or rank code (device-faithful mode)."""
+
+
+def _package_dir(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.abspath(next(iter(spec.submodule_search_locations))) + os.sep
+
+
+class DeviceFaithfulMode(TorchFunctionMode):
+    """Raise at a factory call without ``device=`` whose caller is watched code (see the module's docstring).
+
+    ``watched`` are folder prefixes (absolute, ending in a separator); the default is this repository (minus
+    its virtual environments) and the implementation package ``impl`` wherever it is installed.
+    """
+
+    def __init__(self, impl: str | None = None, device: torch.device | None = None) -> None:
+        super().__init__()
+        self.device = device
+        watched = [_REPO]
+        if impl is not None and (where := _package_dir(impl)) is not None and not where.startswith(_REPO):
+            watched.append(where)
+        self.watched = tuple(watched)
+        self.factories = _device_constructors()
+        self.log = os.environ.get(defaults.ENV_DEVICE_FAITHFUL_LOG) or None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.factories and kwargs.get("device") is None:
+            if not (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
+                site = self._watched_caller()
+                if site is not None and self.log is not None:  # survey: list every site in one run, raise none
+                    with open(self.log, "a") as f:
+                        f.write(f"{site}: torch.{getattr(func, '__name__', func)}\n")
+                elif site is not None:
+                    raise ImplicitDeviceAllocation(self._message(func, site))
+        return func(*args, **kwargs)
+
+    def _watched_caller(self) -> str | None:
+        """``file:line`` of the first caller outside torch and this file, if it is watched code; else None."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not (name.startswith(_TORCH_DIR) or name == _THIS_FILE or name.startswith("<")):
+                break
+            frame = frame.f_back
+        if frame is None:
+            return None
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not name.startswith(self.watched) or name.startswith(_VENVS):
+            return None
+        shown = name[len(_REPO) :] if name.startswith(_REPO) else name
+        return f"{shown}:{frame.f_lineno} (in {frame.f_code.co_name})"
+
+    def _message(self, func, site: str) -> str:
+        fn = f"torch.{getattr(func, '__name__', func)}"
+        where = f"{self.device}" if self.device is not None and self.device.type != "cpu" else "cuda:local_rank"
+        return (f"implicit CPU allocation at {site}: {fn}(...) without device=. Under NCCL the rank works on {where} "
+                f"but this tensor would be on the CPU; pass device=x.device (the inputs' device, or ctx.device in a "
+                f"test) or use torch.zeros_like(x) / x.new_zeros(...); write device='cpu' if a CPU tensor is really "
+                "meant (device-faithful mode, tests/README.md)")  # fmt: skip
