@@ -22,7 +22,19 @@ from cs336_systems.models import MLP, MoE
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
-from tests.oracles.moe import DFF, D, E, copy_moe, dense_moe, expert_params, load_moe, moe_rank, moe_state, rand
+from tests.oracles.moe import (
+    DFF,
+    D,
+    E,
+    copy_moe,
+    dense_moe,
+    expert_params,
+    grad_or_zeros,
+    load_moe,
+    moe_rank,
+    moe_state,
+    rand,
+)
 
 TOKENS = (2, 3)  # each rank's x is (2, 3, D): 6 tokens
 AUX_COEF = 0.01
@@ -150,8 +162,9 @@ def _check_moe(outs, dense: MoE, xs, gs, what: str) -> None:
         for i in range(L):
             e = r * L + i
             for name, p in graded.experts[e].named_parameters():
-                assert_close(out["expert_grads"][i][name], p.grad,
-                             what=f"{where}: experts[{i}].{name}.grad (expert {e}, every rank's tokens)")  # fmt: skip
+                what_ = f"{where}: experts[{i}].{name}.grad (expert {e}, every rank's tokens)"
+                got, what_ = grad_or_zeros(out["expert_grads"][i][name], p.grad, what_)
+                assert_close(got, p.grad, what=what_)
 
 
 CONFIGS = {  # id: (top_k, capacity_factor)
@@ -322,8 +335,10 @@ def _check_training(history, dense_history, ep_groups) -> None:
                 for i in range(L):
                     e = q * L + i
                     for name in got["experts"][i]:
-                        assert_close(got["expert_grads"][i][name], grads[f"experts.{e}.{name}"],
-                                     what=f"{where}: experts[{i}].{name}.grad (expert {e}) after the sync")  # fmt: skip
+                        want = grads[f"experts.{e}.{name}"]
+                        what = f"{where}: experts[{i}].{name}.grad (expert {e}) after the sync"
+                        grad, what = grad_or_zeros(got["expert_grads"][i][name], want, what)
+                        assert_close(grad, want, what=what)
                         assert_close(got["experts"][i][name], params[f"experts.{e}.{name}"],
                                      what=f"{where}: experts[{i}].{name} (expert {e}) after AdamW")  # fmt: skip
 

@@ -65,9 +65,26 @@ def copy_moe(dense: MoE, capacity_factor: float | None | str = "same") -> MoE:
     return load_moe(moe_state(dense), dense.top_k, cf, dense.router.weight.device)
 
 
+NO_GRAD_RULE = (
+    "an expert that got no token may leave .grad None, which counts as zeros; "
+    "one whose gradient is not zero must have a .grad"
+)
+
+
 def expert_params(expert: nn.Module, grads: bool) -> dict:
-    """Copies of ``expert``'s parameters (``grads``: of their gradients) by name."""
-    return {n: (p.grad if grads else p).detach().clone() for n, p in expert.named_parameters()}
+    """Copies of ``expert``'s parameters (``grads``: of their gradients) by name. A ``.grad`` that is
+    None stays None (an expert that got no token may have none; ``grad_or_zeros`` reads it as zeros)."""
+    if grads:
+        return {n: None if p.grad is None else p.grad.detach().clone() for n, p in expert.named_parameters()}
+    return {n: p.detach().clone() for n, p in expert.named_parameters()}
+
+
+def grad_or_zeros(got: torch.Tensor | None, want: torch.Tensor, what: str) -> tuple[torch.Tensor, str]:
+    """(the gradient to compare, its description): a None ``got`` is zeros like ``want``, and then the
+    description names the rule (``NO_GRAD_RULE``), so a failure says why None was not enough."""
+    if got is None:
+        return torch.zeros_like(want), f"{what} is None, read as zeros ({NO_GRAD_RULE})"
+    return got, what
 
 
 def moe_rank(ctx, state, top_k, capacity_factor, xs, gs):

@@ -1170,6 +1170,19 @@ MUTANTS = [
             "rank 0 of 2 (3 tokens), top1-capacity1.0: output",
         ),
     ),
+    Mutant(
+        "expert_parallel_empty_expert_not_run",
+        "expert_parallel",
+        "not a bug (the suite must accept it): an expert that got no row is not run, so its .grad stays None"
+        " (handout 8.3: None counts as zeros)",
+        old="outputs = torch.cat([expert(chunk) for expert, chunk in zip(self.experts, chunks)])",
+        new="outputs = torch.cat([e(c) if len(c) else c for e, c in zip(self.experts, chunks)])",
+        caught_by=(
+            EP(f"{EP_MATCH}[w1-top1]", passes=True, world_sizes="1"),
+            EP("::test_skewed_routing_where_a_rank_receives_no_token", passes=True, world_sizes="4"),
+            EP("::test_adamw_steps_match_the_dense_moe", passes=True, world_sizes="1"),
+        ),
+    ),
     # -- Part 9: context parallelism (ring attention) --------------------------------------------------------
     Mutant(
         "context_parallel_merge_not_rescaled",
