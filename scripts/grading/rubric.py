@@ -11,6 +11,7 @@ function's parametrized cases form one entry; its points come from its part's po
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,6 +211,23 @@ def _spread(part: Part, pool: str, members: list[Entry]) -> None:
             e.max_score += points * weight(e.function) / total if total else 0.0
 
 
+CENTS = 100  # max_scores are whole hundredths of a point
+
+
+def _round_to_cents(members: list[Entry]) -> None:
+    """Round the members' max_scores to hundredths so that they sum exactly to the pool's points
+    (largest remainder: each gets its share rounded down, then the hundredths still missing go to
+    the largest remainders, ties in order). Rounding each share alone makes 24 points 23.998."""
+    exact = [e.max_score * CENTS for e in members]
+    floors = [math.floor(x + 1e-9) for x in exact]  # 1e-9: a share of 2.9999999997 cents is 3
+    missing = round(sum(exact)) - sum(floors)
+    by_remainder = sorted(range(len(members)), key=lambda i: floors[i] - exact[i])  # largest remainder first
+    for i in by_remainder[: max(0, missing)]:
+        floors[i] += 1
+    for e, cents in zip(members, floors):
+        e.max_score = cents / CENTS
+
+
 def score(rubric: Rubric, items: list[dict], outcomes: dict[str, tuple[str, str]]) -> tuple[list[Entry], list[str]]:
     """Group cases into entries, spread each pool's points by weight, score. Returns (entries, warnings)."""
     entries: dict[tuple[str, str], Entry] = {}
@@ -236,6 +254,7 @@ def score(rubric: Rubric, items: list[dict], outcomes: dict[str, tuple[str, str]
         for pool in ("public", "hidden"):
             members = [e for e in ordered if e.part is part and e.pool == pool and e.counted]
             _spread(part, pool, members)
+            _round_to_cents(members)
             for e in members:
                 fraction = e.passed / len(e.counted)
                 if not rubric.partial_credit:

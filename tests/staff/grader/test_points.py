@@ -61,3 +61,24 @@ def test_a_stale_handout_fails_the_check():
     """Changing a task's points without --write leaves a handout stale."""
     rubric = _with_part(load_rubric(), "accounting", tasks={"6.1": 2, "6.2": 1, "6.3": 1, "6.4": 0})
     assert any("06-accounting.md" in s for s in points.sync(rubric, write=False))
+
+
+def test_each_parts_max_scores_in_results_json_sum_exactly_to_its_points(items):
+    """results.json's per-test max_scores of a part add up to its points exactly (as decimals, the way
+    Gradescope shows them), not 23.998 for 24; a reference that passes everything scores them all.
+    Built from the collected tests, all passed, without running them."""
+    from decimal import Decimal
+
+    from scripts.grading.__main__ import build_results
+    from scripts.grading.runner import RunRecord
+
+    rubric = load_rubric()
+    record = RunRecord(items=items, outcomes={i["nodeid"]: ("passed", "") for i in items})
+    results = build_results(rubric, record, notes=[], seconds=0.0)
+    for name, part in rubric.parts.items():
+        tests = [t for t in results["tests"] if t["tags"] == [name]]
+        most = sum(Decimal(str(t["max_score"])) for t in tests)
+        got = sum(Decimal(str(t["score"])) for t in tests)
+        want = Decimal(str(part.points + part.hidden_points))
+        assert most == want and got == want, f"part {name}: max_scores sum to {most}, scores to {got}, not {want}"
+        assert all(Decimal(str(t["max_score"])) == round(Decimal(str(t["max_score"])), 2) for t in tests), name
