@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.harness.config import CONFIG
 from tests.harness.defaults import resolve_impl
 from tests.harness.pool import get_pool
@@ -15,5 +17,17 @@ def run_ranks(world_size: int, fn, *args, deadline: float | None = None, impl: s
     ``deadline`` and ``impl`` default to ``CONFIG`` (the command line).
     """
     __tracebackhide__ = True
+    if CONFIG.backend == "nccl":
+        _skip_without_a_gpu_per_rank(world_size)
     pool = get_pool(world_size, CONFIG.backend)
     return pool.run(fn, args, kwargs, impl=resolve_impl(impl or CONFIG.impl), deadline=deadline or CONFIG.deadline)
+
+
+def _skip_without_a_gpu_per_rank(world_size: int) -> None:
+    """NCCL puts rank r on cuda:r and refuses two ranks on one GPU: a test that asks for more ranks than the
+    node has GPUs (a fixed-size test, not one parametrized by --world-sizes) is skipped, saying why."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if world_size > have:
+        pytest.skip(f"needs {world_size} GPUs on nccl (one per rank), {have} visible")
