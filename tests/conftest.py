@@ -50,6 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("--device-faithful", d.env_device_faithful(),
          "ranks raise at any factory call without device= in implementation or test code: on NCCL it would make a "
          "CPU tensor (tests/harness/device_faithful.py)", {"action": "store_true"}),
+        ("--p2p-matching", d.env_p2p_matching(),
+         "tag-blind (default): send/recv follow NCCL's rule on gloo, tags ignored, and a receive matched with the "
+         "wrong message fails naming both; tags: gloo's matching by tag (tests/harness/p2p_matching.py)",
+         {"choices": ["tag-blind", "tags"]}),
         ("--comm-trace", os.environ.get("CS336_TRACE"),
          "directory: every CommRecorder writes a Chrome-trace JSON of its rank's calls there (tests/harness/trace.py)",
          {}),
@@ -67,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[defaults.ENV_BACKEND] = CONFIG.backend
     if config.getoption("--device-faithful"):  # read by each rank (tests/harness/worker.py)
         os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1"
+    os.environ[defaults.ENV_P2P_MATCHING] = config.getoption("--p2p-matching")  # read by pool.py per task
     if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
         os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))
     for part, count in TASKS.items():

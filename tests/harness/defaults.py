@@ -26,6 +26,9 @@ ENV_FRESH_GROUPS = "CS336_FRESH_GROUPS"
 # Set to 1 (or pytest --device-faithful): every factory call without device= in implementation or rank code
 # raises, naming its call site (tests/harness/device_faithful.py): on NCCL it would make a CPU tensor.
 ENV_DEVICE_FAITHFUL = "CS336_DEVICE_FAITHFUL"
+# How gloo pairs sends with receives (tests/harness/p2p_matching.py): "tag-blind" (the default) is NCCL's rule,
+# tags ignored and the k-th receive between two ranks gets the k-th send, checked; "tags" is gloo's own.
+ENV_P2P_MATCHING, DEFAULT_P2P_MATCHING = "CS336_P2P_MATCHING", "tag-blind"
 ENV_DEVICE_FAITHFUL_LOG = "CS336_DEVICE_FAITHFUL_LOG"  # a file: list each site there instead of raising
 
 
@@ -52,6 +55,13 @@ def env_deadline() -> float:
 
 def env_fresh_groups() -> bool:
     return os.environ.get(ENV_FRESH_GROUPS, "0") not in ("", "0")
+
+
+def env_p2p_matching() -> str:
+    value = os.environ.get(ENV_P2P_MATCHING, DEFAULT_P2P_MATCHING)
+    if value not in ("tag-blind", "tags"):
+        raise ValueError(f"{ENV_P2P_MATCHING} must be tag-blind or tags, got {value!r}")
+    return value
 
 
 def env_device_faithful() -> bool:

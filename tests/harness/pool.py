@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from tests.harness.defaults import env_device_faithful, env_fresh_groups
+from tests.harness.defaults import env_device_faithful, env_fresh_groups, env_p2p_matching
 from tests.harness.protocol import Status
 from tests.harness.replies import RefusedReply, load_reply
 
@@ -136,7 +136,7 @@ class WorkerPool:
         msg = {"task": task, "fn": fn, "args": args, "kwargs": kwargs, "impl": impl,
                "backend": self.backend, "fresh_group": self.fresh_group,
                "unimportable": sorted(UNIMPORTABLE), "hung_functions": dict(HUNG_FUNCTIONS),
-               "device_faithful": env_device_faithful()}  # fmt: skip
+               "device_faithful": env_device_faithful(), "p2p_matching": env_p2p_matching()}  # fmt: skip
         try:
             payload = pickle.dumps(msg)
         except (pickle.PicklingError, AttributeError, TypeError) as exc:

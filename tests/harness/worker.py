@@ -15,6 +15,7 @@ this test did.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import os
 import pickle
@@ -103,13 +104,20 @@ class _Rank:
         ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"],
                           unimportable=tuple(msg.get("unimportable", ())),
                           hung_functions=msg.get("hung_functions"))  # fmt: skip
-        if msg.get("device_faithful"):  # factory calls without device= raise (tests/harness/device_faithful.py)
-            from tests.harness.device_faithful import DeviceFaithfulMode
+        with contextlib.ExitStack() as modes:
+            if msg.get("device_faithful"):  # factory calls without device= raise (tests/harness/device_faithful.py)
+                from tests.harness.device_faithful import DeviceFaithfulMode
 
-            with DeviceFaithfulMode(impl=msg["impl"], device=device):
-                value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
-        else:
+                modes.enter_context(DeviceFaithfulMode(impl=msg["impl"], device=device))
+            matching = None
+            if msg.get("p2p_matching") == "tag-blind" and backend == "gloo":  # NCCL's rule (p2p_matching.py)
+                from tests.harness.p2p_matching import TagBlindMatching
+
+                store = torch.distributed.PrefixStore(f"p2p{msg['task']}/", self.store)
+                matching = modes.enter_context(TagBlindMatching(store, self.rank))
             value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
+            if matching is not None:
+                matching.check_completed()
         if device.type == "cuda":
             torch.cuda.synchronize()
         return reply(msg["task"], Status.OK, value=_to_cpu(value), group_kept=self.group_kept())
