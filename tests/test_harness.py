@@ -295,3 +295,31 @@ def test_trace_spans_an_async_call_from_its_issue_to_its_wait(tmp_path):
         f"the all_reduce should span issue (1 ms) to wait (4 ms): {call}"
     )
     assert call["args"]["bytes"] == 16 and call["args"]["group"] == [0, 1] and call["args"]["in_backward"], call
+
+
+SCRATCH_TEST = """import pytest
+
+
+@pytest.mark.world_sizes(2, 3)
+def test_mine(world_size, pytestconfig):
+    assert pytestconfig.getoption("--world-sizes") == "1,2,3" and world_size in (2, 3)
+"""
+
+
+def test_the_options_reach_a_test_file_outside_tests():
+    """``pytest scratch/test_mine.py --world-sizes 1,2,3`` from the repository root: the suite's options,
+    markers and ``world_size`` parametrization (tests/conftest.py) reach a test file outside tests/
+    (the root conftest.py registers them), and 1 is left out by the file's ``world_sizes`` marker."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(dir=root, prefix="scratch-") as scratch:
+        (Path(scratch) / "test_mine.py").write_text(SCRATCH_TEST)
+        run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--world-sizes", "1,2,3",
+                              f"{Path(scratch).name}/test_mine.py"], cwd=root, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "2 passed" in out, f"a scratch test did not get the suite's options:\n{out[-3000:]}"
+    assert "test_mine[w2] PASSED" in out and "test_mine[w3] PASSED" in out, out[-3000:]
