@@ -33,6 +33,7 @@ from tests.oracles.moe import (
     load_moe,
     moe_rank,
     moe_state,
+    ragged_oracle,
     rand,
 )
 
@@ -60,15 +61,21 @@ SPLIT_PATTERNS = {
 }
 
 
-def all_to_all_rank(ctx, splits, xs, gs):
-    """Send rows splits[rank][j] to rank j; backpropagate this rank's upstream gradient."""
+def all_to_all_rank(ctx, splits, xs, gs, contiguous=True):
+    """Send rows splits[rank][j] to rank j; backpropagate this rank's upstream gradient. Not
+    ``contiguous``: x and the upstream gradient are column-major views (same values)."""
     EP = ctx.load("expert_parallel")
-    x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
+    x = xs[ctx.rank].to(ctx.device)
+    if not contiguous:
+        x = x.t().contiguous().t()
+    x.requires_grad_(True)
     before = x.detach().clone()
     output_splits = [splits[i][ctx.rank] for i in range(ctx.world_size)]
     with CommRecorder() as fwd:
         y = EP.all_to_all_tokens(x, output_splits, list(splits[ctx.rank]))
     g = gs[ctx.rank].to(ctx.device)
+    if not contiguous:
+        g = g.t().contiguous().t()
     with CommRecorder() as bwd:
         if y.shape == g.shape:  # else the parent reports the wrong forward shape
             y.backward(g)
@@ -105,6 +112,25 @@ def test_all_to_all_tokens_delivers_rows_and_sends_gradients_back(world_size, pa
                 f"{where}: the {direction} pass should make exactly one all-to-all, made {got}:\n"
                 f"{format_events(events)}"
             )
+
+
+@pytest.mark.task8_1
+@pytest.mark.world_sizes(2)
+def test_all_to_all_tokens_takes_a_non_contiguous_x(world_size):
+    """x and the upstream gradient are column-major views (a slice or a transpose in a caller):
+    the rows still arrive, and their gradients come back, as for a contiguous x."""
+    W = world_size
+    splits = [[SPLIT_PATTERNS["uneven"](i, j) for j in range(W)] for i in range(W)]
+    xs = [rand(sum(splits[i]), 3, seed=30 + i) for i in range(W)]
+    gs = [rand(sum(splits[i][j] for i in range(W)), 3, seed=40 + j) for j in range(W)]
+    outs = run_ranks(W, all_to_all_rank, splits, xs, gs, False)
+    sent = [_chunks(xs[i], splits[i]) for i in range(W)]
+    received_grad = [_chunks(gs[j], [splits[i][j] for i in range(W)]) for j in range(W)]
+    for r, out in enumerate(outs):
+        where = f"rank {r}, splits {splits}, non-contiguous x"
+        assert_close(out["y"], torch.cat([sent[i][r] for i in range(W)]), what=f"{where}: received rows")
+        want_grad = torch.cat([received_grad[j][r] for j in range(W)])
+        assert_close(out["grad"], want_grad, what=f"{where}: gradient of x")
 
 
 # -- Task 8.2: the expert-parallel layer against the dense MoE ---------------------------------------
@@ -241,10 +267,29 @@ def test_one_counts_exchange_one_dispatch_and_one_combine_per_pass(world_size):
             assert all(e.dtype == "int64" for e in gathers), f"rank {r}: only counts (int64) may be all-gathered"
 
 
+@pytest.mark.task8_2
+@pytest.mark.world_sizes(2, 4)
+def test_ranks_with_different_token_counts_share_one_capacity(world_size):
+    """Rank r holds 2 + 4(W - 1 - r) tokens (6 and 2 at W = 2; top-1, capacity 1.0): outputs and x.grad
+    equal the dense MoE's on the concatenated tokens, so every rank computes the capacity from the
+    group's N tokens (through the counts all-gather), not from its own count times W."""
+    dense = dense_moe(1, 1.0, seed=6)
+    rows = [1 + 2 * (world_size - 1 - r) for r in range(world_size)]
+    xs = [rand(rows[r], 2, D, seed=900 + r) for r in range(world_size)]
+    gs = [rand(rows[r], 2, D, seed=950 + r) for r in range(world_size)]
+    x_all = torch.cat([x.reshape(-1, D) for x in xs])
+    assert not torch.allclose(dense(x_all), copy_moe(dense, capacity_factor=None)(x_all)), "setup: nothing dropped"
+    outs = run_ranks(world_size, moe_rank, moe_state(dense), 1, 1.0, xs, gs)
+    for r, (out, (y, x_grad)) in enumerate(zip(outs, ragged_oracle(dense, xs, gs))):
+        where = f"rank {r} of {world_size} ({y.shape[0] * 2} of {x_all.shape[0]} tokens), top1-capacity1.0"
+        assert_close(out["y"], y, what=f"{where}: output (rows of rank {r}; capacity from the group's tokens)")
+        assert_close(out["x_grad"], x_grad, what=f"{where}: gradient of x")
+
+
 def fresh_rank(ctx, seed):
     EP = ctx.load("expert_parallel")
-    layer = EP.ExpertParallelMoE(D, DFF, E, top_k=2, capacity_factor=1.5, seed=seed)
-    y = layer(torch.randn(*TOKENS, D))
+    layer = EP.ExpertParallelMoE(D, DFF, E, top_k=2, capacity_factor=1.5, seed=seed).to(ctx.device)
+    y = layer(torch.randn(*TOKENS, D, device=ctx.device))
     return {"router": layer.router.weight.detach(), "shapes": {n: tuple(p.shape) for n, p in layer.named_parameters()},
             "first_expert": layer.first_expert, "y_shape": tuple(y.shape)}  # fmt: skip
 

@@ -12,6 +12,9 @@ aux_loss on its tokens and returns outputs, gradients, its experts and the commu
 The parent compares each rank with the matching rows of the dense layer run on every rank's
 tokens concatenated (rank 0's first).
 
+``ragged_oracle`` is the same oracle for ranks that hold different numbers of tokens: rank r's rows
+of the dense output and input gradient.
+
 Used by tests/test_expert_parallel.py and tests/staff/hidden/test_expert_parallel_hidden.py.
 """
 
@@ -107,3 +110,25 @@ def moe_rank(ctx, state, top_k, capacity_factor, xs, gs):
         "expert_grads": [expert_params(e, grads=True) for e in layer.experts],
         "first_expert": layer.first_expert, "fwd": fwd.events, "bwd": bwd.events,
     }  # fmt: skip
+
+
+def ragged_oracle(
+    dense: MoE, xs: list[torch.Tensor], gs: list[torch.Tensor]
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The dense MoE on every rank's tokens concatenated (rank 0's first), the ranks holding any numbers
+    of tokens: per rank r, (its rows of the output, its rows of the input gradient of the sum of the
+    ranks' losses sum(y_r * g_r) + aux_loss(rank r's tokens)), each shaped like ``xs[r]``."""
+    x_all = torch.cat([x.reshape(-1, D) for x in xs]).requires_grad_(True)
+    g_all = torch.cat([g.reshape(-1, D) for g in gs])
+    model = copy_moe(dense)
+    y = model(x_all)
+    loss = (y * g_all).sum()
+    offsets = [0]
+    for x in xs:
+        offsets.append(offsets[-1] + x.reshape(-1, D).shape[0])
+    for r in range(len(xs)):  # a rank's aux_loss sees its own tokens only (no gradient crosses ranks)
+        model(x_all[offsets[r] : offsets[r + 1]])
+        loss = loss + model.aux_loss
+    loss.backward()
+    rows = [slice(offsets[r], offsets[r + 1]) for r in range(len(xs))]
+    return [(y[s].detach().view(x.shape), x_all.grad[s].view(x.shape)) for s, x in zip(rows, xs)]

@@ -2,11 +2,11 @@
 
     pytest tests/staff/hidden/test_expert_parallel_hidden.py --impl reference
 
-The public tests give every rank 6 tokens. Real batches are ragged (packed sequences, the last
-batch of an epoch): here rank r holds 3(r + 1) tokens. The capacity is computed from N, the tokens
-of the WHOLE group (the stub's promise), not from this rank's count times the group size; with
-capacity the dense MoE on the concatenated tokens (rank 0's first) drops exactly the assignments the
-expert-parallel layer must drop.
+The public ragged test (``test_ranks_with_different_token_counts_share_one_capacity``) gives rank r
+2(W - r) tokens, fewest on the last rank, top-1 with capacity; here rank r holds 3(r + 1), fewest on
+rank 0, in three configurations. The capacity is computed from N, the tokens of the WHOLE group
+(the stub's promise), not from this rank's count times the group size; with capacity the dense MoE
+on the concatenated tokens (rank 0's first) drops exactly the assignments the layer must drop.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.harness import assert_close, run_ranks
-from tests.oracles.moe import D, copy_moe, dense_moe, moe_rank, moe_state, rand
+from tests.oracles.moe import D, copy_moe, dense_moe, moe_rank, moe_state, ragged_oracle, rand
 
 CONFIGS = {"top1-capacity1.0": (1, 1.0), "top2-capacity0.75": (2, 0.75), "top2": (2, None)}
 
@@ -23,25 +23,6 @@ CONFIGS = {"top1-capacity1.0": (1, 1.0), "top2-capacity0.75": (2, 0.75), "top2":
 def _ragged(world_size: int, seed: int) -> list[torch.Tensor]:
     """Rank r's tokens: (r + 1, 3, D), so 3, 6, 9, ... tokens."""
     return [rand(r + 1, 3, D, seed=seed + r) for r in range(world_size)]
-
-
-def _oracle(dense, xs, gs):
-    """The dense MoE on every rank's tokens concatenated: output and input gradient of the sum of the
-    ranks' losses sum(y_r * g_r) + aux_loss(rank r's tokens); rank r's rows of each."""
-    x_all = torch.cat([x.reshape(-1, D) for x in xs]).requires_grad_(True)
-    g_all = torch.cat([g.reshape(-1, D) for g in gs])
-    model = copy_moe(dense)
-    y = model(x_all)
-    loss = (y * g_all).sum()
-    offsets = [0]
-    for x in xs:
-        offsets.append(offsets[-1] + x.reshape(-1, D).shape[0])
-    for r in range(len(xs)):  # a rank's aux_loss sees its own tokens only (no gradient crosses ranks)
-        model(x_all[offsets[r] : offsets[r + 1]])
-        loss = loss + model.aux_loss
-    loss.backward()
-    rows = [slice(offsets[r], offsets[r + 1]) for r in range(len(xs))]
-    return [(y[s].detach(), x_all.grad[s]) for s in rows]
 
 
 @pytest.mark.task8_2
@@ -57,7 +38,7 @@ def test_ranks_with_different_token_counts_share_one_capacity_over_the_group(wor
         x_all = torch.cat([x.reshape(-1, D) for x in xs])
         assert not torch.allclose(dense(x_all), copy_moe(dense, capacity_factor=None)(x_all)), "setup: nothing dropped"
     outs = run_ranks(world_size, moe_rank, moe_state(dense), top_k, capacity_factor, xs, gs)
-    for r, (out, (y, x_grad)) in enumerate(zip(outs, _oracle(dense, xs, gs))):
+    for r, (out, (y, x_grad)) in enumerate(zip(outs, ragged_oracle(dense, xs, gs))):
         where = f"rank {r} of {world_size} ({xs[r].shape[0] * 3} tokens), {config}"
-        assert_close(out["y"], y.view(xs[r].shape), what=f"{where}: output (rows of rank {r})")
-        assert_close(out["x_grad"], x_grad.view(xs[r].shape), what=f"{where}: gradient of x")
+        assert_close(out["y"], y, what=f"{where}: output (rows of rank {r})")
+        assert_close(out["x_grad"], x_grad, what=f"{where}: gradient of x")

@@ -36,6 +36,7 @@ class Check:
     within: float = 120  # seconds the whole slice may take to fail
     names: tuple[str, ...] = ()
     passes: bool = False
+    options: tuple[str, ...] = ()  # more pytest options for this slice, e.g. ("--device-faithful",)
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,18 @@ MUTANTS = [
         caught_by=COLLECTIVES("all_gather and int64", "all_gather"),
     ),
     # -- Part 2: DDP -----------------------------------------------------------------------------------------
+    Mutant(
+        "ddp_bucket_buffer_on_cpu",
+        "ddp",
+        "DDPBucketed makes its bucket buffers with torch.zeros(n) and no device=: right on gloo, a CPU buffer "
+        "all-reduced by NCCL fails",
+        old="buffer = torch.zeros(offsets[-1], dtype=params[0].dtype, device=params[0].device)",
+        new="buffer = torch.zeros(offsets[-1], dtype=params[0].dtype)",
+        caught_by=(
+            DDP(DDP_TRAIN, passes=True),  # gloo alone cannot tell: every tensor is on the CPU there
+            DDP(DDP_TRAIN, expect="implicit CPU allocation at", names=("ddp.py",), options=("--device-faithful",)),
+        ),
+    ),
     Mutant(
         "ddp_stale_ready",
         "ddp",
@@ -1162,13 +1175,33 @@ MUTANTS = [
     Mutant(
         "expert_parallel_hidden_capacity_from_local_tokens",
         "expert_parallel",
-        "the capacity counts this rank's tokens times the group size, as if every rank had as many tokens",
+        "the capacity counts rank 0's tokens times the group size, as if every rank had as many tokens",
         old="expert_capacity(int(all_counts.sum()) // k, E, k, self.capacity_factor)",
         new="expert_capacity(int(all_counts[0].sum()) // k * world, E, k, self.capacity_factor)",
-        caught_by=EP_HIDDEN(
-            "::test_ranks_with_different_token_counts_share_one_capacity_over_the_group[w2-top1-capacity1.0]",
-            "rank 0 of 2 (3 tokens), top1-capacity1.0: output",
+        caught_by=(
+            EP("::test_ranks_with_different_token_counts_share_one_capacity", "capacity from the group's tokens"),
+            EP_HIDDEN(
+                "::test_ranks_with_different_token_counts_share_one_capacity_over_the_group[w2-top1-capacity1.0]",
+                "rank 0 of 2 (3 tokens), top1-capacity1.0: output",
+            ),
         ),
+    ),
+    Mutant(
+        "expert_parallel_capacity_from_own_tokens",
+        "expert_parallel",
+        "each rank computes the capacity from its own token count times the group size: with ragged batches the"
+        " ranks disagree on what is dropped, so the all-to-all splits do not match",
+        old="expert_capacity(int(all_counts.sum()) // k, E, k, self.capacity_factor)",
+        new="expert_capacity(int(all_counts[_rank(self.group)].sum()) // k * world, E, k, self.capacity_factor)",
+        caught_by=EP("::test_ranks_with_different_token_counts_share_one_capacity", "moe_rank failed"),
+    ),
+    Mutant(
+        "expert_parallel_all_to_all_not_contiguous",
+        "expert_parallel",
+        "all_to_all_tokens hands x to all_to_all_single as it is: a non-contiguous x (a view) is refused",
+        old="dist.all_to_all_single(out, x.contiguous(), output_splits, input_splits, group=group)",
+        new="dist.all_to_all_single(out, x, output_splits, input_splits, group=group)",
+        caught_by=EP("::test_all_to_all_tokens_takes_a_non_contiguous_x", "Tensors must be contiguous"),
     ),
     Mutant(
         "expert_parallel_empty_expert_not_run",
