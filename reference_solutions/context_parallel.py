@@ -98,10 +98,10 @@ def _positions(index: int, n: int, local_len: int, zigzag: bool) -> torch.Tensor
     Kept on the CPU: the causal bookkeeping below reads them without a device synchronisation.
     """
     if not zigzag:
-        return torch.arange(index * local_len, (index + 1) * local_len)
+        return torch.arange(index * local_len, (index + 1) * local_len, device="cpu")
     half = local_len // 2
-    return torch.cat([torch.arange(index * half, (index + 1) * half),
-                      torch.arange((2 * n - 1 - index) * half, (2 * n - index) * half)])  # fmt: skip
+    return torch.cat([torch.arange(index * half, (index + 1) * half, device="cpu"),
+                      torch.arange((2 * n - 1 - index) * half, (2 * n - index) * half, device="cpu")])  # fmt: skip
 
 
 def _post_hop(group, nxt: int, prv: int, sends: list[torch.Tensor], recvs: list[torch.Tensor]) -> list:

@@ -74,7 +74,7 @@ class ProcessMesh:
         self.axes: tuple[str, ...] = tuple(shape)
         self.shape: dict[str, int] = dict(shape)
         me = dist.get_rank()
-        grid = torch.arange(world).view(*shape.values())  # grid[c_0, ..., c_k] = global rank
+        grid = torch.arange(world, device="cpu").view(*shape.values())  # grid[c_0, ..., c_k] = global rank: bookkeeping
         self._coords = dict(zip(self.axes, (int(c) for c in (grid == me).nonzero()[0])))
         self._groups: dict[str, dist.ProcessGroup] = {}
         self._ranks: dict[str, list[int]] = {}

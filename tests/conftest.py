@@ -19,6 +19,8 @@ import pytest
 from tests.harness import defaults
 from tests.harness.config import CONFIG
 
+_DEVICE_FAITHFUL_AT_START = defaults.env_device_faithful()  # the environment's, before any session sets it
+
 pytest_plugins = ["tests.harness.trace_plugin"]  # --comm-trace: one Chrome trace per test
 
 # Task markers follow the handouts' numbering: part p, task t -> task{p}_{t}. One line per part.
@@ -47,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("--deadline", d.env_deadline(),
          f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
          {"type": float}),
-        ("--device-faithful", d.env_device_faithful(),
+        ("--device-faithful", _DEVICE_FAITHFUL_AT_START,
          "ranks raise at any factory call without device= in implementation or test code: on NCCL it would make a "
          "CPU tensor (tests/harness/device_faithful.py)", {"action": "store_true"}),
         ("--p2p-matching", d.env_p2p_matching(),
@@ -69,8 +71,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Ranks started later inherit these, so the workers agree with the parent.
     os.environ[defaults.ENV_IMPL] = CONFIG.impl
     os.environ[defaults.ENV_BACKEND] = CONFIG.backend
-    if config.getoption("--device-faithful"):  # read by each rank (tests/harness/worker.py)
-        os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1"
+    # Read by the pool for each task (tests/harness/pool.py); set either way, for a pytest process that runs
+    # several sessions (the staff suite server), where one session's option must not leak into the next.
+    os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1" if config.getoption("--device-faithful") else "0"
     os.environ[defaults.ENV_P2P_MATCHING] = config.getoption("--p2p-matching")  # read by pool.py per task
     if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
         os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))

@@ -26,7 +26,12 @@ pytestmark = pytest.mark.harness
 
 
 def identity_rank(ctx, payload=None):
-    return {"rank": ctx.rank, "world": ctx.world_size, "tensor": torch.full((2,), float(ctx.rank)), "p": payload}
+    return {
+        "rank": ctx.rank,
+        "world": ctx.world_size,
+        "tensor": torch.full((2,), float(ctx.rank), device=ctx.device),
+        "p": payload,
+    }
 
 
 def raise_on_rank_one(ctx):

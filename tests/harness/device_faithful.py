@@ -9,9 +9,11 @@ factory call without ``device=`` made from the implementation under test, from t
 (``cs336_systems``) or from the tests' own rank code (``tests/``), naming the call site. Calls from inside
 torch (``nn.Linear``'s parameters, optimizer state) are left alone: the caller moves them with ``.to``.
 
-What passes: ``device=x.device`` (or ``ctx.device``), ``torch.zeros_like(x)``, ``x.new_zeros(n)``, and an
-explicit ``device="cpu"`` where a CPU tensor is really meant (data drawn from a CPU generator and then moved,
-a CPU-side oracle): the keyword states the intent, and the mode takes it at its word.
+What passes: ``device=x.device`` (or ``ctx.device``), ``torch.zeros_like(x)``, ``x.new_zeros(n)``, an explicit
+``device="cpu"`` where a CPU tensor is really meant (bookkeeping never sent nor mixed with the inputs, a CPU-side
+oracle), a draw from an explicit ``generator=`` (its device decides: data drawn on the CPU, then moved): the
+keyword states the intent, and the mode takes it at its word. And the constructor of an ``nn.Module`` given only
+sizes (no module, no tensor) may make its parameters on the CPU, as ``nn.Linear`` does: the caller moves them.
 
 ``CS336_DEVICE_FAITHFUL_LOG=FILE`` (with the mode on) appends each site to FILE instead of raising: every
 site of a whole run in one list.
@@ -40,6 +42,36 @@ _FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
 
 class ImplicitDeviceAllocation(RuntimeError):
     """A factory call without ``device=`` in implementation or rank code (device-faithful mode)."""
+
+
+_MUTANT = "<mutant "  # the file name of a staff mutant's module (tests/staff/mutants/loader.py): watched code
+
+
+def _generated(filename: str) -> bool:
+    """Code with no file of its own (``<string>``, ``<frozen ...>``): its caller decides; a mutant is watched."""
+    return filename[:1] == "<" and not filename.startswith(_MUTANT)
+
+
+_COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
+
+
+def _builds_fresh_module(frame) -> bool:
+    """The call is in the constructor of an ``nn.Module`` given no module or tensor: it makes new parameters on
+    the CPU, as ``nn.Linear`` does, for the caller to move with ``.to(device)``. A constructor that wraps a module
+    or takes tensors (DDP's buckets, FSDP's flat shards) must follow their device instead."""
+    while frame is not None and frame.f_code.co_name in _COMPREHENSIONS:
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name != "__init__":
+        return False
+    local = frame.f_locals
+    code = frame.f_code
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if not names or not isinstance(local.get(names[0]), torch.nn.Module):
+        return False
+    given = [local.get(n) for n in names[1:]]
+    if code.co_flags & 0x04:  # *args
+        given += list(local.get(code.co_varnames[len(names)], ()))
+    return not any(isinstance(v, (torch.nn.Module, torch.Tensor)) for v in given)
 
 
 def _package_dir(name: str) -> str | None:
@@ -71,7 +103,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in self.factories and kwargs.get("device") is None:
+        if func in self.factories and kwargs.get("device") is None and kwargs.get("generator") is None:
             if not (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
                 site = self._watched_caller()
                 if site is not None and self.log is not None:  # survey: list every site in one run, raise none
@@ -82,17 +114,17 @@ class DeviceFaithfulMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _watched_caller(self) -> str | None:
-        """``file:line`` of the first caller outside torch and this file, if it is watched code; else None."""
+        """``file:line`` of the factory's direct caller if it is watched code; else None (torch's own calls, such
+        as ``nn.Linear`` making its parameters, are the caller's to move)."""
         frame = sys._getframe(1)
-        while frame is not None:
-            name = frame.f_code.co_filename
-            if not (name.startswith(_TORCH_DIR) or name == _THIS_FILE or name.startswith("<")):
-                break
+        while frame is not None and (frame.f_code.co_filename == _THIS_FILE or _generated(frame.f_code.co_filename)):
             frame = frame.f_back
-        if frame is None:
+        if frame is None or frame.f_code.co_filename.startswith(_TORCH_DIR):
             return None
+        if frame.f_code.co_filename.startswith(_MUTANT):  # a staff mutant of the reference (tests/staff/mutants)
+            return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith(self.watched) or name.startswith(_VENVS):
+        if not name.startswith(self.watched) or name.startswith(_VENVS) or _builds_fresh_module(frame):
             return None
         shown = name[len(_REPO) :] if name.startswith(_REPO) else name
         return f"{shown}:{frame.f_lineno} (in {frame.f_code.co_name})"

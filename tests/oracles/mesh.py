@@ -50,12 +50,12 @@ def mesh_rank(ctx, shapes):
     out = []
     for shape in shapes:
         mesh = M.ProcessMesh(shape)
-        torch_mesh = init_device_mesh("cpu", tuple(shape.values()), mesh_dim_names=tuple(shape))
+        torch_mesh = init_device_mesh(ctx.device.type, tuple(shape.values()), mesh_dim_names=tuple(shape))
         got = {"coords": mesh.coords(), "axes": {}}
         for axis in shape:
             group_ranks = dist.get_process_group_ranks(mesh.group(axis))
             # Traffic check: the sum of the global ranks over the group is the slice's sum.
-            x = torch.tensor([float(ctx.rank)])
+            x = torch.tensor([float(ctx.rank)], device=ctx.device)
             dist.all_reduce(x, group=mesh.group(axis))
             got["axes"][axis] = {
                 "ranks": mesh.ranks(axis), "rank": mesh.rank(axis), "size": mesh.size(axis),

@@ -113,8 +113,9 @@ def assert_caught(mutant_id: str, check: Check) -> SuiteRun:
     selection = (check.suite + s,) if s.startswith("::") else (check.suite, "-k", s)
     impl = f"tests.staff.mutants.{mutant_id}"
     if check.passes:
-        run = run_suite(impl, *selection, world_sizes=check.world_sizes, deadline=check.deadline)
+        run = run_suite(impl, *selection, world_sizes=check.world_sizes, deadline=check.deadline, extra=check.options)
         assert run.returncode == 0, f"the slice {selection} was meant to miss {mutant_id}:\n{run.output[-3000:]}"
         return run
     return assert_mutant_killed(impl, *selection, expect=check.expect, names=check.names, within=check.within,
-                                world_sizes=check.world_sizes, deadline=check.deadline)  # fmt: skip
+                                world_sizes=check.world_sizes, deadline=check.deadline,
+                                extra=check.options)  # fmt: skip
