@@ -146,8 +146,9 @@ class ExpertParallelMoE(nn.Module):
     global expert ``first_expert + i`` with ``first_expert = q * E/W`` (expert e lives on group rank
     e // (E/W)). ``num_experts`` must divide by W (``ValueError`` naming num_experts); ``top_k`` must
     be in [1, num_experts] and ``capacity_factor`` None or > 0 (``ValueError`` naming them). A fresh
-    layer draws its router from ``torch.Generator().manual_seed(seed)`` (so it is identical on every
-    rank without communication) and its experts from the default RNG; ``from_dense`` copies a MoE.
+    layer draws its router weight as ``nn.Linear`` would, uniform in [-1/sqrt(d_model), 1/sqrt(d_model)],
+    but from ``torch.Generator().manual_seed(seed)`` (so it is identical on every rank without
+    communication), and its experts from the default RNG; ``from_dense`` copies a MoE.
 
     Forward, x (..., d_model) -> (..., d_model): this rank's tokens only (n of them, row-major). The
     result equals ``models.MoE`` run on the concatenation of every group rank's tokens, in group-rank
@@ -304,6 +305,9 @@ def all_reduce_moe_gradients(moe: ExpertParallelMoE, dp_group: dist.ProcessGroup
     ``dp_group`` of all of this rank's gradients flattened into one buffer (router and experts), then
     every gradient is divided by W_ep * W_dp. A parameter whose ``.grad`` is None (an expert that got
     no token) counts as zeros. No communication over a group of size 1.
+
+    ``TypeError`` naming ``moe`` if it is not an ``ExpertParallelMoE`` (a dense ``models.MoE``
+    included: its experts are not split, so there is nothing to sync), before any communication.
     """
     # BEGIN SOLUTION: Task 8.3 (EP x DP gradients)
     if not isinstance(moe, ExpertParallelMoE):
