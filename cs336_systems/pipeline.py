@@ -13,8 +13,11 @@ Your task, in the order of the handout:
     PipelineStage                (5.6) runs those too: chunks, split backward, checkpoint=True
 
 ``Action`` is given. Use only point-to-point calls between neighbouring stages (two stages that
-both block in a send, waiting for each other to receive, deadlock: see §5.3). Useful tools:
-``dist.batch_isend_irecv``, ``dist.P2POp`` (and its ``tag``), ``dist.get_process_group_ranks``,
+both block in a send, waiting for each other to receive, deadlock: see §5.3). Match messages by
+posting order, not by tag: NCCL ignores ``tag`` and gives the k-th receive one rank posts from another
+the k-th message that one sent it (the tests apply the same rule on gloo), so between each pair of
+ranks post sends and receives in the same order on both sides, one order for shape headers and
+payloads alike. Useful tools: ``dist.batch_isend_irecv``, ``dist.P2POp``, ``dist.get_process_group_ranks``,
 ``Tensor.chunk``, ``Tensor.requires_grad_``, ``Tensor.backward(gradient)``, ``torch.autograd.grad``,
 ``torch.autograd.backward(..., inputs=)``, ``torch.get_rng_state``, ``torch.random.fork_rng``,
 ``time.perf_counter``.
@@ -215,15 +218,19 @@ class PipelineStage:
         other stages may pass ``None`` (a tensor given anywhere is checked). Both are split on dim 0
         into ``num_microbatches`` equal microbatches, run in the order of ``schedule``: "gpipe",
         "1f1b", "zb-h1" (one chunk) or "interleaved" (``interleaved_1f1b_schedule`` with v =
-        ``.num_chunks``). Microbatch losses are divided by ``num_microbatches``, so ``.grad``
-        receives exactly the gradients of the full-batch mean loss (added to what ``.grad`` held, as
-        ``backward`` does; the caller zeroes and steps). Activation shapes and dtypes are sent ahead
+        ``.num_chunks``; a single module is v = 1, which runs the 1F1B order). Microbatch losses
+        are divided by ``num_microbatches``, so ``.grad`` receives exactly the gradients of the
+        full-batch mean loss (added to what ``.grad`` held, as ``backward`` does; the caller zeroes
+        and steps). Activation shapes and dtypes are sent ahead
         of the data, never given by the caller.
 
-        Under "zb-h1", B(i) computes only the gradient of the chunk's input and sends it at once
-        (``torch.autograd.grad(out, x, grad, retain_graph=True)``); W(i) then computes the weights'
-        gradients (``torch.autograd.backward(out, grad, inputs=params)``), and only W frees the
-        microbatch. With ``checkpoint=True`` a forward runs under ``torch.no_grad()`` and keeps only
+        Under "zb-h1", B(i) computes only the gradient of the chunk's input, whenever that input
+        requires grad, and sends it at once (``torch.autograd.grad(out, x, grad, retain_graph=True)``);
+        on stage 0 the input is the caller's ``inputs``: if it requires grad, B backpropagates the
+        gradient into it (``inputs.grad`` gets what an unsplit backward would give), else B has
+        nothing to compute. W(i) then computes the weights' gradients
+        (``torch.autograd.backward(out, grad, inputs=params)``), and only W frees the microbatch.
+        With ``checkpoint=True`` a forward runs under ``torch.no_grad()`` and keeps only
         its input (and the RNG state it started from); its backward first recomputes the forward
         from that input with the same RNG state (so dropout draws the same masks) without moving
         the RNG stream of later forwards, then runs as without checkpointing.

@@ -13,8 +13,11 @@ Your task, in the order of the handout:
     PipelineStage                (5.6) runs those too: chunks, split backward, checkpoint=True
 
 ``Action`` is given. Use only point-to-point calls between neighbouring stages (two stages that
-both block in a send, waiting for each other to receive, deadlock: see §5.3). Useful tools:
-``dist.batch_isend_irecv``, ``dist.P2POp`` (and its ``tag``), ``dist.get_process_group_ranks``,
+both block in a send, waiting for each other to receive, deadlock: see §5.3). Match messages by
+posting order, not by tag: NCCL ignores ``tag`` and gives the k-th receive one rank posts from another
+the k-th message that one sent it (the tests apply the same rule on gloo), so between each pair of
+ranks post sends and receives in the same order on both sides, one order for shape headers and
+payloads alike. Useful tools: ``dist.batch_isend_irecv``, ``dist.P2POp``, ``dist.get_process_group_ranks``,
 ``Tensor.chunk``, ``Tensor.requires_grad_``, ``Tensor.backward(gradient)``, ``torch.autograd.grad``,
 ``torch.autograd.backward(..., inputs=)``, ``torch.get_rng_state``, ``torch.random.fork_rng``,
 ``time.perf_counter``.
@@ -299,9 +302,10 @@ class _StepState:
 # A posted receive: (its works, its buffer or None).
 _InFlight = tuple[list, torch.Tensor | None]
 
-# Message tags: every (microbatch, global chunk, kind) pair gets its own, so a receive matches its
-# message whatever order two ranks post them in (interleaved ranks exchange both kinds both ways).
-_ACTIVATION, _GRADIENT, _HEADER = range(3)
+# No message carries a tag: NCCL ignores tags and pairs the k-th receive between two ranks with the k-th
+# send. Both ranks of a pair post their messages in the order of their own schedules, and those orders
+# agree (each stage's forwards and backwards run the microbatches, and chunks, in the same order); a shape
+# header goes in the same batch as, and just before, the first activation it describes.
 # END SOLUTION
 
 
@@ -386,15 +390,19 @@ class PipelineStage:
         other stages may pass ``None`` (a tensor given anywhere is checked). Both are split on dim 0
         into ``num_microbatches`` equal microbatches, run in the order of ``schedule``: "gpipe",
         "1f1b", "zb-h1" (one chunk) or "interleaved" (``interleaved_1f1b_schedule`` with v =
-        ``.num_chunks``). Microbatch losses are divided by ``num_microbatches``, so ``.grad``
-        receives exactly the gradients of the full-batch mean loss (added to what ``.grad`` held, as
-        ``backward`` does; the caller zeroes and steps). Activation shapes and dtypes are sent ahead
+        ``.num_chunks``; a single module is v = 1, which runs the 1F1B order). Microbatch losses
+        are divided by ``num_microbatches``, so ``.grad`` receives exactly the gradients of the
+        full-batch mean loss (added to what ``.grad`` held, as ``backward`` does; the caller zeroes
+        and steps). Activation shapes and dtypes are sent ahead
         of the data, never given by the caller.
 
-        Under "zb-h1", B(i) computes only the gradient of the chunk's input and sends it at once
-        (``torch.autograd.grad(out, x, grad, retain_graph=True)``); W(i) then computes the weights'
-        gradients (``torch.autograd.backward(out, grad, inputs=params)``), and only W frees the
-        microbatch. With ``checkpoint=True`` a forward runs under ``torch.no_grad()`` and keeps only
+        Under "zb-h1", B(i) computes only the gradient of the chunk's input, whenever that input
+        requires grad, and sends it at once (``torch.autograd.grad(out, x, grad, retain_graph=True)``);
+        on stage 0 the input is the caller's ``inputs``: if it requires grad, B backpropagates the
+        gradient into it (``inputs.grad`` gets what an unsplit backward would give), else B has
+        nothing to compute. W(i) then computes the weights' gradients
+        (``torch.autograd.backward(out, grad, inputs=params)``), and only W frees the microbatch.
+        With ``checkpoint=True`` a forward runs under ``torch.no_grad()`` and keeps only
         its input (and the RNG state it started from); its backward first recomputes the forward
         from that input with the same RNG state (so dropout draws the same masks) without moving
         the RNG stream of later forwards, then runs as without checkpointing.
@@ -485,7 +493,7 @@ class PipelineStage:
             if received is None:  # the chunk's first forward: learn the shape, then receive
                 step.act_meta[k] = self._recv_header(step.device, k)
                 received = torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)
-                dist.recv(received, src=self._ring_prev, group=self.group, tag=self._tag(i, k, _ACTIVATION))
+                dist.recv(received, src=self._ring_prev, group=self.group)  # right after its header
             x = received.requires_grad_(received.is_floating_point())
         t_start = time.perf_counter()
         keep_graph = not step.checkpoint  # checkpointing: no graph now; the backward recomputes it from x and rng
@@ -499,8 +507,7 @@ class PipelineStage:
             if k not in step.headers_sent:
                 step.headers_sent.add(k)
                 outgoing.append(self._header(out, k))
-            tag = self._tag(i, self._next_chunk(k), _ACTIVATION)
-            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._ring_next, self.group, tag=tag))
+            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._ring_next, self.group))
         step.stash[(i, k)] = _Stashed(x, out if keep_graph else None, (tuple(out.shape), out.dtype), rng)
         self.peak_activations = max(self.peak_activations, len(step.stash))
         return t_start, outgoing
@@ -526,12 +533,15 @@ class PipelineStage:
                 (grad_x,) = torch.autograd.grad(out, x, grad_out, retain_graph=True, allow_unused=True)
         else:
             out.backward(grad_out)
-            grad_x = x.grad if x.is_leaf else None  # global chunk 0's input is a view of the batch: nothing to send
+            grad_x = x.grad if x.is_leaf else None  # None: x is a view of the batch and backward() went on into it
+        if self._global_chunk(k) == 0 and grad_x is not None:
+            # B computes the input's gradient whenever the input requires grad, stage 0 included: there it goes
+            # into the caller's batch (through the batch's own graph), as an unsplit backward's does.
+            saved.x.backward(grad_x)
         outgoing = []
         if self._global_chunk(k) > 0:
             grad_x = torch.zeros_like(x) if grad_x is None else grad_x  # an unused input still answers
-            tag = self._tag(i, k - (self.stage == 0), _GRADIENT)  # rank 0's chunk k is fed by rank p - 1's k - 1
-            outgoing.append(dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev, self.group, tag=tag))
+            outgoing.append(dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev, self.group))
         return t_start, outgoing
 
     def _weight_backward(self, step: _StepState, action: Action) -> float:
@@ -556,16 +566,15 @@ class PipelineStage:
         batch, and wait only for the receive: a rank never blocks in a send, so two neighbours that
         each send before they receive cannot wait on each other (Megatron-LM's
         ``send_forward_recv_backward``). Sends still in flight are kept (their tensors alive) and
-        waited at the end of the step."""
+        waited at the end of the step. A chunk's first activation is not received here: its size is
+        unknown until its header arrives, so that forward receives the header and then the payload
+        itself (blocking, both in the order the sender posted them, header first, in one batch)."""
         step.sends = [(w, op) for w, op in step.sends if not w.is_completed()]
         buffer = self._input_buffer(action, step)
         recv = []
         if buffer is not None:
-            if action.kind == "F":
-                src, tag = self._ring_prev, self._tag(action.microbatch, action.chunk, _ACTIVATION)
-            else:
-                src, tag = self._ring_next, self._tag(action.microbatch, action.chunk, _GRADIENT)
-            recv = [dist.P2POp(dist.irecv, buffer, src, self.group, tag=tag)]
+            src = self._ring_prev if action.kind == "F" else self._ring_next
+            recv = [dist.P2POp(dist.irecv, buffer, src, self.group)]
         ops = outgoing + recv
         if not ops:
             return [], None
@@ -590,15 +599,6 @@ class PipelineStage:
 
     def _is_last_chunk(self, k: int) -> bool:
         return self._global_chunk(k) == self.num_chunks * self.num_stages - 1
-
-    def _next_chunk(self, k: int) -> int:
-        """The next rank's local index of the chunk after our chunk k (rank p - 1's k feeds rank 0's k + 1)."""
-        return k + (self.stage + 1) // self.num_stages
-
-    def _tag(self, i: int, k: int, kind: int) -> int:
-        """The tag of a message into local chunk ``k`` of its receiver (activation) or out of it
-        (gradient): unique per (microbatch, receiving chunk, kind)."""
-        return (i * self.num_chunks + k) * 3 + kind
 
     def _device(self, batch: torch.Tensor | None) -> torch.device:
         """Where this stage computes: its parameters', else the batch's, else the backend's default."""
@@ -643,12 +643,11 @@ class PipelineStage:
         header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
         header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
         header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64)
-        tag = self._tag(0, self._next_chunk(k), _HEADER)
-        return dist.P2POp(dist.isend, header, self._ring_next, self.group, tag=tag)
+        return dist.P2POp(dist.isend, header, self._ring_next, self.group)
 
     def _recv_header(self, device: torch.device, k: int) -> tuple[tuple[int, ...], torch.dtype]:
         header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)
-        dist.recv(header, src=self._ring_prev, group=self.group, tag=self._tag(0, k, _HEADER))
+        dist.recv(header, src=self._ring_prev, group=self.group)
         dtype_code, ndim, *dims = header.tolist()
         return tuple(dims[:ndim]), _DTYPES[dtype_code]
 

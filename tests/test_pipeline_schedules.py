@@ -243,14 +243,16 @@ def test_zero_bubble_idles_a_third_of_1f1b_at_the_same_peak_activations():
 
 # ## Task 5.6: PipelineStage runs them --------------------------------------------------------------
 
-# (schedule, chunks per rank, checkpoint): the new schedules, and checkpointing under each kind.
+# (schedule, chunks per rank, checkpoint): the new schedules, and checkpointing under each kind;
+# "interleaved" over a single module is v = 1, the 1F1B order.
 RUNS = [("interleaved", 2, False), ("zb-h1", 1, False), ("1f1b", 1, True), ("interleaved", 2, True),
-        ("zb-h1", 1, True)]  # fmt: skip
+        ("zb-h1", 1, True), ("interleaved", 1, False)]  # fmt: skip
 
 
 def _run_id(run) -> str:
     schedule, v, checkpoint = run
-    return f"{schedule}{f'-v{v}' if v > 1 else ''}{'-checkpoint' if checkpoint else ''}"
+    chunks = f"-v{v}" if v > 1 else "-one-module" if schedule == "interleaved" else ""
+    return f"{schedule}{chunks}{'-checkpoint' if checkpoint else ''}"
 
 
 def _skip_unless_fits(run, p: int) -> None:
@@ -271,6 +273,38 @@ def test_every_schedule_trains_like_one_process_on_the_full_batch(world_size, ru
     batches = make_batches("deep", 2 * m, steps=3, seed=world_size)
     results = run_ranks(world_size, chunked_train_rank, run, m, batches)
     assert_matches_oracle(results, oracle_steps("deep", p * v, batches), list(range(p)), f"{_run_id(run)}, m={m}")
+
+
+def input_grad_rank(ctx, schedule, checkpoint, m, x, y):
+    """Stage 0's batch requires grad: after one step, its ``.grad`` on rank 0 (None elsewhere)."""
+    P = ctx.load("pipeline")
+    pipe, _chunks = pipeline_stage(ctx, P, build_model("deep", ctx.world_size), 1)
+    first, last = ctx.rank == 0, ctx.rank == ctx.world_size - 1
+    inputs = x.to(ctx.device).requires_grad_() if first else None
+    pipe.train_step(inputs, y.to(ctx.device) if last else None, m, schedule=schedule, checkpoint=checkpoint)
+    return inputs.grad if first else None
+
+
+@pytest.mark.task5_5
+@pytest.mark.parametrize("schedule,checkpoint", [("zb-h1", False), ("zb-h1", True), ("1f1b", True)],
+                         ids=["zb", "zb-checkpoint", "1f1b-checkpoint"])  # fmt: skip
+def test_stage_0_input_that_requires_grad_gets_its_gradient(world_size, schedule, checkpoint):
+    """B computes the input's gradient whenever the stage's input requires grad, stage 0 included.
+
+    Stage 0's input is the caller's batch: when it requires grad (an embedding before the pipeline,
+    a saliency map), ``inputs.grad`` after the step must be d(full-batch mean loss)/d(inputs), as
+    ``loss.backward()`` on one process gives, under the split backward and under checkpointing too."""
+    m = 2 * world_size
+    x, y = make_batches("deep", 2 * m, steps=1, seed=11)[0]
+    leaf = x.clone().requires_grad_()
+    nn.functional.mse_loss(build_model("deep", world_size)(leaf), y).backward()
+    got = run_ranks(world_size, input_grad_rank, schedule, checkpoint, m, x, y)[0]
+    where = f"rank 0 (stage 0), {schedule}{', checkpoint=True' if checkpoint else ''}, m={m}"
+    assert got is not None, (
+        f"{where}: the batch passed as inputs requires grad but its .grad is None after train_step: stage 0's "
+        "B must compute the input's gradient too and backpropagate it into the batch (handout 5.6)"
+    )
+    assert_close(got, leaf.grad, what=f"{where}, inputs.grad")
 
 
 def dropout_rank(ctx, schedule, v, m, x, y):

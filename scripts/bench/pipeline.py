@@ -44,6 +44,7 @@ from scripts.bench.common import (
     launch,
     load_impl,
     main_rank,
+    ratio_interval,
     save_plot,
     timed,
     under_torchrun,
@@ -104,8 +105,8 @@ def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps, split_chu
         scale = v if split_chunks else 1  # --chunk-time split: a chunk costs 1/v of a stage
         chunks = [SyntheticStage(*(t / 1000 / scale for t in times_ms)).to(device) for _ in range(v)]
         stage = P.PipelineStage(chunks if v > 1 else chunks[0], rank, world_size, nn.MSELoss())
-        # Microbatches of one example (the work is the sleep); the input needs a gradient so that
-        # stage 0's B has work too.
+        # Microbatches of one example (the work is the sleep). B computes the input's gradient whenever
+        # the stage's input requires grad (handout 5.6), so this batch gives stage 0's B work too.
         x = torch.randn(m, 4, device=device, requires_grad=True)
         runs = []
         for _ in range(steps):
@@ -229,7 +230,7 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
                 elapsed = timed(fn, device)  # a step ends when its slowest stage does
                 if i > 0:  # step 0 warms up (torch exchanges shapes then)
                     times[label].append(elapsed)
-        rows.append((name, statistics.median(times["ours"]), statistics.median(times["torch"])))
+        rows.append((name, statistics.median(times["ours"]), statistics.median(times["torch"]), times))
     return rows
 
 
@@ -340,9 +341,11 @@ def main() -> None:
         memory = launch(p if not under_torchrun() else 0, memory_rank, backend=args.backend, impl=args.impl, **kw)[0]
         for schedule, checkpoint, held, peak_bytes in memory:
             memory_rows.append([p, schedule, checkpoint, held, peak_bytes / 2**20])
-        for name, ours, theirs in launch(p if not under_torchrun() else 0, step_rank, backend=args.backend,
-                                         impl=args.impl, steps=args.step_repeats, **kw)[0]:  # fmt: skip
-            step_rows.append([p, name, args.step_microbatches, 1e3 * ours, 1e3 * theirs, ours / theirs])
+        for name, ours, theirs, times in launch(p if not under_torchrun() else 0, step_rank, backend=args.backend,
+                                                impl=args.impl, steps=args.step_repeats, **kw)[0]:  # fmt: skip
+            low, high = ratio_interval(times["ours"], times["torch"])  # the rounds are paired: ours, then torch's
+            step_rows.append([p, name, args.step_microbatches, 1e3 * ours, 1e3 * theirs, ours / theirs,
+                              f"{low:.2f}-{high:.2f}"])  # fmt: skip
     if not main_rank():
         return
 
@@ -356,9 +359,13 @@ def main() -> None:
     print(f"\nActivations saved for backward on stage 0, DeepMLP({args.layers}, {args.d_model}), batch {args.batch}, "
           f"m = {args.step_microbatches}:\n")  # fmt: skip
     print(format_table(memory_headers, memory_rows, floatfmt=".2f"))
-    step_headers = ["p", "schedule", "m", "ours ms", "torch.distributed.pipelining ms", "ours / torch"]
+    step_headers = ["p", "schedule", "m", "ours ms", "torch.distributed.pipelining ms", "ours / torch",
+                    "90% interval"]  # fmt: skip
     print(f"\nOne train step of DeepMLP({args.layers}, {args.d_model}, {4 * args.d_model}), batch {args.batch}:\n")
     print(format_table(step_headers, step_rows, floatfmt=".2f"))
+    print(f"(medians of {args.step_repeats} interleaved steps each; interval: bootstrap over those paired steps, "
+          "common.ratio_interval. A ratio whose interval is wide, or another run outside it, is the machine's "
+          "noise: raise --step-repeats)")  # fmt: skip
     write_csv(args.out / "bench_pipeline_bubble.csv", headers, bubble_rows)
     write_csv(args.out / "bench_pipeline_memory.csv", memory_headers, memory_rows)
     write_csv(args.out / "bench_pipeline_step.csv", step_headers, step_rows)
