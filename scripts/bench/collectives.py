@@ -5,14 +5,19 @@
     torchrun --standalone --nproc_per_node=8 -m scripts.bench.collectives --backend nccl
 
 For each message size M (float32) it times ``all_reduce(x, algorithm=a)`` for the ring, recursive
-doubling and "auto", and the built-in, interleaved (round after round of one call each, the ops taking
-turns at going first, so machine noise hits all alike; each op's median over the rounds, each call's
-time the slowest rank's):
+doubling and "auto", the built-in, and the bare one-message exchange "1-msg" (each rank ``isend``s the
+whole tensor to the next rank, ``irecv``s the previous one's and adds it: one message of M bytes, a floor
+for any all-reduce built from point-to-point, which sends at least 2(N-1)/N x M >= M bytes per rank),
+interleaved (round after round of one call each, the ops taking turns at going first, so machine noise
+hits all alike; each op's median over the rounds, each call's time the slowest rank's):
     bus bandwidth   busbw = M / t * 2(N-1)/N   (what each link carries in a ring; comparable
                                                across N and algorithms, as in nccl-tests)
-    ratio           busbw / built-in busbw  (= built-in time / our time)
-    interval        where 90% of the ratios fall when the rounds are resampled (a bootstrap): how far this
-                    run's ratio can be trusted. Another run, in another spell of the machine, can land outside.
+    ratio           busbw / built-in busbw  (= built-in time / our time); "1-msg / built-in" is the
+                    exchange's (built-in time / exchange time): roughly the ceiling of the other ratios
+                    here, since a point-to-point all-reduce sends at least one message's worth
+    interval        where 90% of the ratios fall when the rounds are resampled (a bootstrap over paired
+                    rounds, common.ratio_interval): how far this run's ratio can be trusted. Another run,
+                    in another spell of the machine, can land outside.
 Then it fits the alpha-beta model (alpha seconds per message, beta seconds per byte) to the ring's
 and recursive doubling's times for each world size, prints alpha, beta and the model's error at
 each point, and draws measured and modelled time against size with the crossover marked: the one
@@ -35,6 +40,7 @@ from scripts.bench.common import (
     launch,
     load_impl,
     main_rank,
+    ratio_interval,
     timed,
     under_torchrun,
     write_csv,
@@ -43,6 +49,17 @@ from scripts.bench.common import (
 DEFAULT_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 ALGORITHMS = ["ring", "recursive_doubling", "auto"]
 BUILTIN = "built-in"
+EXCHANGE = "1-msg"  # the bare one-message exchange: isend/irecv of the whole tensor plus one add
+
+
+def _exchange(x: torch.Tensor, buf: torch.Tensor) -> None:
+    """Send all of ``x`` to the next rank, receive the previous rank's into ``buf``, add it: one message."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world > 1:
+        works = [dist.isend(x, (rank + 1) % world), dist.irecv(buf, (rank - 1) % world)]
+        for work in works:
+            work.wait()
+    x.add_(buf)
 
 
 def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, sizes: list[int], samples: int):
@@ -51,12 +68,15 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, size
     C = load_impl(impl, "collectives")
     ops = {a: (lambda x, a=a: C.all_reduce(x, algorithm=a)) for a in ALGORITHMS}
     ops[BUILTIN] = dist.all_reduce
+    ops[EXCHANGE] = lambda x: _exchange(x, buffers[x.numel()])
+    buffers = {}
     names = list(ops)
     backend = dist.get_backend()
     alpha, beta = C.ALPHA_BETA.get(backend, C.ALPHA_BETA["gloo"])
     rows, rounds = [], {}
     for size in tqdm(sizes, disable=rank != 0, desc=f"world {world_size}", leave=False):
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
+        buffers[x.numel()] = torch.zeros_like(x)
         for op in ops.values():  # warm up every op (connections, allocator)
             op(x)
         times = {name: [] for name in names}
@@ -67,19 +87,6 @@ def bench_rank(rank: int, world_size: int, device: torch.device, impl: str, size
         rows.append((size, {name: statistics.median(t) for name, t in times.items()}, chosen))
         rounds[size] = times
     return {"rows": rows, "rounds": rounds, "alpha_beta": (alpha, beta), "backend": backend}
-
-
-def ratio_interval(ours: list[float], builtin: list[float], level: float = 0.9, resamples: int = 2000):
-    """Bootstrap interval of median(builtin) / median(ours): resample whole rounds (the two times of a round
-    stay together, as they met the same spell of the machine) and take the central ``level`` of the ratios."""
-    import numpy as np
-
-    pairs = np.array([ours, builtin])  # (2, rounds)
-    picks = np.random.default_rng(0).integers(0, pairs.shape[1], size=(resamples, pairs.shape[1]))
-    medians = np.median(pairs[:, picks], axis=2)  # (2, resamples)
-    ratios = medians[1] / medians[0]
-    tail = (1 - level) / 2
-    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
 def _fmt_size(n: int) -> str:
@@ -115,32 +122,35 @@ def main() -> None:
     if not main_rank():
         return
     acc = load_impl(args.impl, "accounting")
-    names = [*ALGORITHMS, BUILTIN]
-    table, csv_rows, fits = [], [], {}
+    names = [*ALGORITHMS, BUILTIN, EXCHANGE]
+    table, csv_rows, fits, autos = [], [], {}, []
     for world, out in results.items():
         factor = 2 * (world - 1) / world
         for size, t, chosen in out["rows"]:
             cells = [world, _fmt_size(size)]
             runs = out["rounds"][size]
-            intervals = {name: ratio_interval(runs[name], runs[BUILTIN]) for name in names}
+            intervals = {name: ratio_interval(runs[BUILTIN], runs[name]) for name in names}
             for name in names:
                 csv_rows.append([world, size, name, t[name], factor * size / t[name] / 1e9, t[BUILTIN] / t[name],
                                  *intervals[name], len(runs[name])])  # fmt: skip
                 cells.append(t[name] * 1e3)
-            cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in ALGORITHMS]
-            cells += ["{:.2f}-{:.2f}".format(*intervals["auto"]), chosen]
+            cells += [factor * size / t[BUILTIN] / 1e9] + [t[BUILTIN] / t[a] for a in [*ALGORITHMS, EXCHANGE]]
+            cells += ["{:.2f}-{:.2f}".format(*intervals[a]) for a in ("auto", EXCHANGE)] + [chosen]
             table.append(cells)
+            autos.append((t[BUILTIN] / t["auto"], world, _fmt_size(size), cells[-3], t[BUILTIN] / t[EXCHANGE]))
         fits[world] = _fit(acc, world, out["rows"])
     headers = ["world", "size", *(f"{n} ms" for n in names), "built-in busbw GB/s",
-               *(f"{a} / built-in" for a in ALGORITHMS), "auto 90% interval", "auto picks"]  # fmt: skip
+               *(f"{a} / built-in" for a in [*ALGORITHMS, EXCHANGE]), "auto 90% interval", "1-msg 90% interval",
+               "auto picks"]  # fmt: skip
     backend = next(iter(results.values()))["backend"]
     print(f"\nall_reduce ({args.impl}) vs dist.all_reduce, backend {backend}, float32; ratios of bus bandwidth\n")
     print(format_table(headers, table))
     write_csv(args.out / "bench_collectives.csv", ["world", "bytes", "algorithm", "seconds", "busbw_GBps",
                                                     "ratio_to_builtin", "ratio_90_low", "ratio_90_high",
                                                     "rounds"], csv_rows)  # fmt: skip
-    worst = min((row[-3], row[0], row[1], row[-2]) for row in table)  # the auto / built-in column
-    print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]}; 90% interval {worst[3]})")
+    worst = min(autos)
+    print(f"\nauto / built-in: worst {worst[0]:.2f} (world {worst[1]}, {worst[2]}; 90% interval {worst[3]}), "
+          f"where one bare message reaches {worst[4]:.2f}")  # fmt: skip
     print(
         "(intervals: bootstrap over the rounds of this run; they do not cover a slower or faster spell of the "
         "machine in another run)"
@@ -189,7 +199,8 @@ def _plot(acc, results, fits, path, backend: str):
 
     worlds = list(results)
     fig, axes = plt.subplots(1, len(worlds), figsize=(6.5 * len(worlds), 4.8), squeeze=False)
-    styles = {"ring": ("o", "C0"), "recursive_doubling": ("s", "C1"), "auto": ("^", "C2"), BUILTIN: ("x", "k")}
+    styles = {"ring": ("o", "C0"), "recursive_doubling": ("s", "C1"), "auto": ("^", "C2"), BUILTIN: ("x", "k"),
+              EXCHANGE: ("+", "gray")}  # fmt: skip
     for ax, world in zip(axes[0], worlds):
         rows = results[world]["rows"]
         xs = [size for size, _, _ in rows]

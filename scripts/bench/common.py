@@ -5,6 +5,7 @@ A benchmark is a module-level ``fn(rank, world_size, device, **kwargs) -> result
     results = launch(world_size, fn, backend="gloo", size=1 << 20)   # list, one result per rank
     seconds = timed(lambda: step(), device)          # inside fn: one step, the slowest rank's time
     seconds = median_time(step, device, iters=5, warmup=1)
+    low, high = ratio_interval(theirs, ours)        # 90% bootstrap interval of median(theirs) / median(ours)
 
 ``launch`` works two ways: under ``torchrun`` (one call per process, the process group already
 set up from the environment; returns ``[this rank's result]`` on every rank and ``main_rank()``
@@ -103,6 +104,22 @@ def median_time(fn: Callable[[], object], device, iters: int, warmup: int = 0, g
     """The median of ``iters`` ``timed(fn)`` after ``warmup`` untimed (but identically run) calls."""
     times = [timed(fn, device, group, together=together) for _ in range(warmup + iters)]
     return statistics.median(times[warmup:])
+
+
+def ratio_interval(top: Sequence[float], bottom: Sequence[float], level: float = 0.9,
+                   resamples: int = 2000) -> tuple[float, float]:  # fmt: skip
+    """Bootstrap interval of median(top) / median(bottom) over paired rounds: ``top[i]`` and
+    ``bottom[i]`` were timed in the same round (interleaved, so they met the same spell of the
+    machine), and resampling keeps each round's pair together. The central ``level`` of the resampled
+    ratios: how far this run's ratio can be trusted. Another run, in another spell, can land outside."""
+    import numpy as np
+
+    pairs = np.array([top, bottom], dtype=float)  # (2, rounds)
+    picks = np.random.default_rng(0).integers(0, pairs.shape[1], size=(resamples, pairs.shape[1]))
+    medians = np.median(pairs[:, picks], axis=2)  # (2, resamples)
+    ratios = medians[0] / medians[1]
+    tail = (1 - level) / 2
+    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
 def _device(backend: str, rank: int) -> torch.device:

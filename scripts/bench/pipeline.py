@@ -1,6 +1,6 @@
 """Pipeline bubbles and memory measured against the formulas, Gantt charts, and a real MLP step vs torch.
 
-    python -m scripts.bench.pipeline                          # p in {2, 4}, m in {1, ..., 32}: ~5 min
+    python -m scripts.bench.pipeline                          # p in {2, 4}, m in {1, ..., 32}: ~7 min (below)
     python -m scripts.bench.pipeline --impl student           # your PipelineStage
     python -m scripts.bench.pipeline --forward-ms 50 --weight-ms 25 --steps 3    # steadier, W = F/2
     python -m scripts.bench.pipeline --schedules gpipe,1f1b --microbatches 4,8    # a quick look
@@ -19,8 +19,12 @@ storages) with and without ``checkpoint=True`` (``pipeline_activation_bytes`` mo
 step: ``DeepMLP`` cut into p stages (2p chunks), one train step with our GPipe / 1F1B / interleaved
 against ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` /
 ``ScheduleInterleaved1F1B`` (v = 2), and our ZB-H1 against ``ScheduleInterleavedZeroBubble`` (one stage
-per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V) on the same model. Under torchrun, p is the
-world size. Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
+per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V) on the same model, each ratio ours / torch
+with the 90% bootstrap interval of its paired steps (``--step-repeats``; the ratio swings between runs on
+a shared machine: trust the interval, not the digits). Under torchrun, p is the world size.
+Time with the defaults: about 7 min on the 2-core course VM (one measured run); the synthetic stages
+alone sleep about 3 min of it (steps x makespans of Part 1), so no machine is much faster.
+Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
 out/bench_pipeline_gantt_<schedule>.png.
 """
 
