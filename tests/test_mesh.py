@@ -30,9 +30,12 @@ from tests.oracles.mesh import (
     LAYERS,
     MICROBATCHES,
     OPTIMIZERS,
+    check_hsdp_setup,
     check_mesh_training,
+    check_zero_traffic,
     coords_of,
     dense_oracle,
+    hsdp_setup_rank,
     mesh_batches,
     mesh_rank,
     slice_of,
@@ -176,15 +179,30 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
         assert not others, f"rank {rank}: calls outside the shard and replicate slices:\n{format_events(others)}"
 
 
+@pytest.mark.task7_2
+@pytest.mark.world_sizes(2, 4)
+def test_hsdp_broadcasts_buffers_across_replicas_and_computes_in_compute_dtype(world_size):
+    """After construction every rank holds rank 0's buffers (across the replicate slice as well as
+    within the shard slice), and with compute_dtype=bfloat16 the forward runs in bfloat16."""
+    replicas, shards = HSDP_MESHES[world_size][0]
+    shape = {"replicate": replicas, "shard": shards}
+    x = torch.randn(4, D_MODEL, generator=torch.Generator().manual_seed(5))
+    outs = run_ranks(world_size, hsdp_setup_rank, shape, torch.bfloat16, x)
+    check_hsdp_setup(outs, shape, torch.bfloat16, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 7.3: DP x PP x TP training
 # ---------------------------------------------------------------------------------------------
 
-# (dp, pp, tp) per world size; the ids name the scheme.
+# (dp, pp, tp) per world size; the ids name the scheme. pp2xtp2 (tp outermost) and dp1xpp2xtp2 (tp
+# fastest) are the same grid in two layouts: a stage index that is right only when pp varies fastest
+# fails the second.
 SCHEMES = {
     "single": {"dp": 1, "pp": 1, "tp": 1}, "dp2": {"dp": 2, "pp": 1, "tp": 1}, "tp2": {"dp": 1, "pp": 1, "tp": 2},
     "pp2": {"dp": 1, "pp": 2, "tp": 1}, "dp2xtp2": {"dp": 2, "pp": 1, "tp": 2}, "dp2xpp2": {"dp": 2, "pp": 2, "tp": 1},
-    "pp2xtp2": {"tp": 2, "pp": 2, "dp": 1}, "3d": {"dp": 2, "pp": 2, "tp": 2},
+    "pp2xtp2": {"tp": 2, "pp": 2, "dp": 1}, "dp1xpp2xtp2": {"dp": 1, "pp": 2, "tp": 2},
+    "3d": {"dp": 2, "pp": 2, "tp": 2},
 }  # fmt: skip
 
 
@@ -215,6 +233,19 @@ def test_mesh_training_with_zero_over_dp_matches_one_process(world_size, zero_st
     name = "3d" if world_size == 8 else "dp2xtp2"
     outs = run_ranks(world_size, trainer_rank, SCHEMES[name], "adamw", zero_stage, batches)
     check_mesh_training(outs, SCHEMES[name], "adamw", batches, f"{name}, zero {zero_stage}")
+
+
+@pytest.mark.task7_3
+@pytest.mark.world_sizes(4)
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_zero_stage_decides_how_each_stage_averages_over_dp(world_size, zero_stage):
+    """DP 2 x PP 2 with ZeRO: in each stage's dp slice, ZeRO-1 makes one all-reduce of the stage's
+    gradients and never a reduce-scatter (its optimizer all-gathers the parameters); ZeRO-2 makes
+    reduce-scatters instead of any all-reduce."""
+    shape = SCHEMES["dp2xpp2"]
+    outs = run_ranks(world_size, trainer_rank, shape, "sgd", zero_stage, mesh_batches(2, 4 * MICROBATCHES),
+                     record_step=1)  # fmt: skip
+    check_zero_traffic(outs, shape, zero_stage)
 
 
 @pytest.mark.task7_3
@@ -257,12 +288,19 @@ def test_each_axis_traffic_stays_in_its_groups_with_the_formula_counts(world_siz
             neighbours = {pp_slice[s] for s in (c["pp"] - 1, c["pp"] + 1) if 0 <= s < shape["pp"]}
             strangers = [e for e in p2p if e.peer not in neighbours]
             assert not strangers, f"p2p with ranks that are not pipeline neighbours {sorted(neighbours)} in {log}"
+            # Part 5 promises m activations forward and m gradients back, each of a microbatch's
+            # (microbatch, d_model) elements, sent blocking or not, plus shape headers in a format of
+            # its own (any dtype, a few elements): count the sends of a microbatch's size.
             for s, what in [(c["pp"] + 1, "activations to the next stage"), (c["pp"] - 1, "gradients to the previous")]:
-                sent = [e for e in p2p if e.op == "isend" and e.dtype == "float32" and 0 <= s < shape["pp"]
-                        and e.peer == pp_slice[s]]  # fmt: skip
+                to_peer = [
+                    e for e in p2p if e.op in ("send", "isend") and 0 <= s < shape["pp"] and e.peer == pp_slice[s]
+                ]
+                sent = [e for e in to_peer if e.numel == microbatch_numel]
+                headers = [e for e in to_peer if e.numel < microbatch_numel]
                 want = MICROBATCHES if 0 <= s < shape["pp"] else 0
-                assert len(sent) == want and all(e.numel == microbatch_numel for e in sent), (
-                    f"{len(sent)} {what}, expected {want} of {microbatch_numel} elements in {log}"
+                assert len(sent) == want and len(sent) + len(headers) == len(to_peer), (
+                    f"{len(sent)} {what} of {microbatch_numel} elements (a microbatch's), expected {want}, "
+                    f"besides shape headers (smaller than a microbatch), in {log}"
                 )
 
 

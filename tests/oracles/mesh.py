@@ -7,6 +7,8 @@ along an axis of a row-major mesh, independent of any implementation; ``mesh_ran
 ``ProcessMesh`` says about each. ``dense_oracle`` trains the mesh model in one process on the whole
 batch; ``trainer_rank`` trains it on a DP x PP x TP mesh (``stage_layers``, ``tp_shard``: each rank's
 layers and tensor-parallel pieces) and ``check_mesh_training`` compares every rank with the oracle.
+``hsdp_setup_rank`` and ``check_hsdp_setup``: HSDP's start (buffers from rank 0 across replicas too)
+and its ``compute_dtype``.
 
 Used by tests/test_mesh.py and tests/staff/hidden/test_mesh_hidden.py.
 """
@@ -19,7 +21,7 @@ from torch import nn
 
 from cs336_systems.models import DeepMLP
 from tests.harness import assert_close
-from tests.harness.recorder import CommRecorder
+from tests.harness.recorder import CommRecorder, calls, format_events
 
 
 def coords_of(rank: int, shape: dict[str, int]) -> dict[str, int]:
@@ -158,3 +160,71 @@ def check_mesh_training(outs, shape, opt_name, batches, label):
                 )
             else:
                 assert got["loss"] is None, f"{where}: only the last stage returns the loss, got {got['loss']}"
+
+
+def hsdp_setup_rank(ctx, shape, compute_dtype, x):
+    """HSDP over ``shape`` ({"replicate": R, "shard": S}) of a two-layer MLP whose weights and buffer
+    ``offset`` differ on every rank before wrapping; returns the buffer after construction, the
+    output of ``x`` with ``compute_dtype``, and the full state the model started from (rank 0's)."""
+    M = ctx.load("mesh")
+    torch.manual_seed(ctx.rank)  # a different model on every rank: HSDP must start from rank 0's
+    model = nn.Sequential(nn.Linear(D_MODEL, D_FF), nn.ReLU(), nn.Linear(D_FF, D_MODEL))
+    model.register_buffer("offset", torch.full((3,), float(ctx.rank) + 1.0, device=ctx.device))
+    model = model.to(ctx.device)
+    hsdp = M.HSDP(model, M.ProcessMesh(shape), shard_axis="shard", replicate_axis="replicate",
+                  compute_dtype=compute_dtype)  # fmt: skip
+    y = hsdp(x.to(ctx.device))
+    return {"offset": hsdp.module.offset.detach().clone(), "y": y.detach(), "state": hsdp.gather_full_params()}
+
+
+def check_hsdp_setup(outs, shape, compute_dtype, x) -> None:
+    """Every rank holds rank 0's buffer (broadcast across replicas too), and the output is the full
+    model's run in ``compute_dtype`` (weights, input and bias cast, output cast back), not float32's."""
+    __tracebackhide__ = True
+    state = outs[0]["state"]
+
+    def run(dtype):
+        h = x
+        for i in (0, 2):
+            w, b = state[f"{i}.weight"].cpu(), state[f"{i}.bias"].cpu()
+            h = nn.functional.linear(h.to(dtype), w.to(dtype), b.to(dtype)).to(x.dtype)
+            h = torch.relu(h) if i == 0 else h
+        return h
+
+    low, full = run(compute_dtype), run(torch.float32)
+    assert (low - full).abs().max() > 1e-4, "test setup: compute_dtype changes nothing here"
+    for rank, out in enumerate(outs):
+        where = f"rank {rank}, mesh {shape}, compute_dtype={compute_dtype}"
+        assert_close(out["offset"], torch.ones(3), what=f"{where}: buffer offset after construction (rank 0's: "
+                     "parameters AND buffers are broadcast across the replicate slice, then FSDP's shard slice)",
+                     rtol=0, atol=0)  # fmt: skip
+        assert not torch.allclose(out["y"].cpu().float(), full, rtol=0, atol=1e-5), (
+            f"{where}: the output is the float32 forward's: HSDP must hand compute_dtype to FSDP"
+        )
+        assert_close(out["y"].cpu().float(), low, what=f"{where}: output (the model run in {compute_dtype})",
+                     rtol=2e-2, atol=2e-2)  # fmt: skip
+
+
+def check_zero_traffic(outs, shape, zero_stage) -> None:
+    """Step 1's calls in each rank's dp slice (``trainer_rank(..., record_step=1)``): with ZeRO-1 one
+    all-reduce of all this stage's gradient elements and no reduce-scatter; with ZeRO-2 a
+    reduce-scatter and no all-reduce. Any stage, any layout."""
+    __tracebackhide__ = True
+    for rank, steps in enumerate(outs):
+        c = coords_of(rank, shape)
+        dp_slice = tuple(slice_of(rank, shape, "dp"))
+        events = [e for e in calls(steps[1]["events"]) if e.group_ranks == dp_slice]
+        reduces = [e for e in events if e.op == "all_reduce"]
+        scatters = [e for e in events if "reduce_scatter" in e.op]
+        stage_numel = sum(p.numel() for p in steps[1]["params"].values())
+        where = (f"rank {rank} {c} (stage {c['pp']}), ZeRO-{zero_stage}, dp slice {list(dp_slice)}, step 1 "
+                 f"(saw {sorted({e.op for e in events})}):\n{format_events(steps[1]['events'], limit=60)}")  # fmt: skip
+        if zero_stage == 1:
+            assert [e.numel for e in reduces] == [stage_numel] and not scatters, (
+                f"{where}\nZeRO-1 shards the optimizer state only: the gradients are all-reduced once "
+                f"({stage_numel} elements, this stage's), never reduce-scattered as well"
+            )
+        else:
+            assert not reduces and scatters, (
+                f"{where}\nZeRO-2 averages the gradients with the optimizer's reduce-scatter only, no all-reduce"
+            )

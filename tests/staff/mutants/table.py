@@ -1025,6 +1025,40 @@ MUTANTS = [
         caught_by=MESH("::test_mesh_training_with_zero_over_dp_matches_one_process[w4-1]", "zero 1"),
     ),
     Mutant(
+        "mesh_hsdp_buffers_not_replicated",
+        "mesh",
+        "HSDP broadcasts only the parameters across replicas: buffers keep each replica's own values",
+        old="for t in [*module.parameters(), *module.buffers()]:",
+        new="for t in module.parameters():",
+        caught_by=MESH("::test_hsdp_broadcasts_buffers_across_replicas_and_computes_in_compute_dtype", "buffer offset"),
+    ),
+    Mutant(
+        "mesh_hsdp_drops_compute_dtype",
+        "mesh",
+        "HSDP builds its FSDP without compute_dtype: the forward silently runs in float32",
+        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis))",
+        new="self.fsdp = fsdp.FSDP(module, group=mesh.group(shard_axis))",
+        caught_by=MESH(
+            "::test_hsdp_broadcasts_buffers_across_replicas_and_computes_in_compute_dtype", "hand compute_dtype to FSDP"
+        ),
+    ),
+    Mutant(
+        "mesh_stage_from_global_rank",
+        "mesh",
+        "the trainer's stage is the global rank modulo pp: right only where pp is the fastest-varying axis",
+        old='stage, num_stages = mesh.rank("pp"), mesh.size("pp")',
+        new='stage, num_stages = dist.get_rank() % mesh.size("pp"), mesh.size("pp")',
+        caught_by=MESH(MESH_TRAIN, ("dp1xpp2xtp2", "trainer_rank failed")),
+    ),
+    Mutant(
+        "mesh_zero1_also_reduce_scatters",
+        "mesh",
+        "with ZeRO-1 the trainer's optimizer reduce-scatters the gradients after the all-reduce (same numbers)",
+        old="shard_gradients=zero_stage == 2, group=self.dp_group,",
+        new="shard_gradients=zero_stage >= 1, group=self.dp_group,",
+        caught_by=MESH("::test_zero_stage_decides_how_each_stage_averages_over_dp[w4-1]", "ZeRO-1 shards"),
+    ),
+    Mutant(
         "mesh_subgroup_ddp_broadcast_from_rank_0",
         "ddp",
         "DDP broadcasts from global rank 0 instead of the group's first rank (breaks on a mesh slice)",
