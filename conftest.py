@@ -1,6 +1,6 @@
 """The suite's options and hooks for a test file anywhere in the repository, not only under tests/.
 
-    pytest scratch/test_mine.py --world-sizes 2 --impl reference
+    pytest scratch/test_mine.py --world-sizes 2
 
 tests/conftest.py holds them (--impl, --backend, --world-sizes, --deadline, the task markers, the
 ``world_size`` parametrization); pytest would load it only for test files below tests/. This file,
