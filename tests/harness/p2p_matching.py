@@ -8,16 +8,18 @@ harness makes gloo follow NCCL's rule and says so when code relies on tags:
 
 - every ``ProcessGroup.send``/``recv`` goes to gloo with tag 0, so gloo matches first-in first-out
   per pair of ranks and direction, as NCCL does (it patches below the communication recorder);
-- the k-th send from rank a to rank b in a group writes (its tag, numel, dtype, shape, call site)
-  to the rank pool's store; when the k-th receive on b from a completes (its ``Work.wait``, or the
-  error gloo raises when the sizes differ) it reads that record, and if the tag, dtype or element
-  count differs from its own it raises ``CrossedMessages`` naming the pair of ranks, both messages
-  (index, tag, shape, dtype, where posted), and the rule.
+- before the k-th send from rank a to rank b in a group is handed to gloo, and before the k-th
+  receive on b from a is, each side puts its description (tag, numel, dtype, shape, call site) under
+  one key of the rank pool's store with ``compare_set``: the first side writes it, the second gets
+  the first's back and compares. If the tags, dtypes or element counts differ, the second side
+  raises ``CrossedMessages`` naming the pair of ranks, both messages (index, tag, shape, dtype,
+  where posted) and the rule, without posting its own half, so gloo never receives a larger
+  message into a smaller buffer (which would abort the rank process).
 
 Gloo's own blocking ``send`` already waits until the peer has posted the matching receive, as
 NCCL's may: two ranks that both begin with a blocking ``dist.send`` to each other deadlock, and the
-test's deadline shows every rank's stack. Cost: one store write per send and one read per receive
-(~0.1 ms a message on a loaded 2-core machine). ``--p2p-matching tags`` turns all of it off
+test's deadline shows every rank's stack. Cost: one ``compare_set`` on the pool's ``FileStore`` per
+send and per receive (tens of microseconds each). ``--p2p-matching tags`` turns all of it off
 (gloo's own matching by tag); it never applies to NCCL, which is tag-blind by itself.
 """
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from torch._C._distributed_c10d import ProcessGroup, Work
+from torch._C._distributed_c10d import ProcessGroup
 
 MODES = ("tag-blind", "tags")
 RULE = (
@@ -66,112 +68,69 @@ class TagBlindMatching:
         self._saved: dict = {}
         self._counts: dict = {}  # (group name, src, dst) -> messages posted so far
         self._ranks: dict = {}  # ProcessGroup -> its global ranks
-        self._pending: dict = {}  # id(work) -> (work, what to check when it completes)
         self._lock = threading.Lock()
 
-    # -- install / remove ---------------------------------------------------------------------
-
     def __enter__(self) -> TagBlindMatching:
-        for owner, name, wrap in [(ProcessGroup, "send", self._wrap_send), (ProcessGroup, "recv", self._wrap_recv),
-                                  (Work, "wait", self._wrap_wait)]:  # fmt: skip
-            raw = vars(owner)[name]  # the descriptor itself (see recorder.py for why not getattr)
-            self._saved[(owner, name)] = raw
-            setattr(owner, name, wrap(getattr(owner, name)))
+        for name in ("send", "recv"):
+            raw = vars(ProcessGroup)[name]  # the descriptor itself (see recorder.py for why not getattr)
+            self._saved[name] = raw
+            setattr(ProcessGroup, name, self._wrap(name, getattr(ProcessGroup, name)))
         return self
 
     def __exit__(self, *exc) -> None:
-        for (owner, name), raw in self._saved.items():
-            setattr(owner, name, raw)
+        for name, raw in self._saved.items():
+            setattr(ProcessGroup, name, raw)
         self._saved.clear()
-        self._pending.clear()
 
-    def check_completed(self) -> None:
-        """At the end of a task: check the receives that completed but were never waited on."""
-        for work, info in list(self._pending.values()):
-            if work.is_completed():
-                self._check(info, None)
-        self._pending.clear()
+    def _wrap(self, kind: str, original):
+        matching = self
 
-    # -- bookkeeping ----------------------------------------------------------------------------
+        def post(pg, tensors, peer, tag=0):
+            matching._match(kind, pg, tensors, peer, tag)
+            return original(pg, tensors, peer, 0)
 
-    def _key(self, pg, src_group_rank: int | None, dst_group_rank: int | None) -> tuple:
+        post.__name__ = kind
+        return post
+
+    def _match(self, kind: str, pg, tensors, peer: int, tag: int) -> None:
         ranks = self._ranks.get(pg)
         if ranks is None:
             import torch.distributed as dist
 
             ranks = self._ranks[pg] = tuple(dist.get_process_group_ranks(pg))
-        src = ranks[src_group_rank] if src_group_rank is not None else self.rank
-        dst = ranks[dst_group_rank] if dst_group_rank is not None else self.rank
+        src, dst = (self.rank, ranks[peer]) if kind == "send" else (ranks[peer], self.rank)
         pair = (pg.group_name, src, dst)
         with self._lock:
             k = self._counts.get(pair, 0)
             self._counts[pair] = k + 1
-        return pair, k, ranks
+        numel, dtype, shape = _describe(tensors)
+        mine = f"{kind}|{tag}|{numel}|{dtype}|{shape}|{_call_site()}"
+        key = f"{pair[0]}/{src}>{dst}/{k}"
+        theirs = self.store.compare_set(key, "", mine).decode()
+        if theirs == mine:
+            return  # first to post: the peer compares when it posts its half
+        other = theirs.split("|", 5)
+        if (int(other[1]), int(other[2]), other[3]) != (tag, numel, dtype):
+            self._raise(kind, key, k, src, dst, ranks, mine.split("|", 5), other)
 
-    def _wrap_send(self, original):
-        matching = self
+    def _raise(self, kind, key, k, src, dst, ranks, mine, other) -> None:
+        send, recv = (mine, other) if kind == "send" else (other, mine)
 
-        def send(pg, tensors, dst, tag=0):
-            (group, src, dst_rank), k, _ranks = matching._key(pg, None, dst)
-            numel, dtype, shape = _describe(tensors)
-            matching.store.set(f"{group}/{src}>{dst_rank}/{k}", f"{tag}|{numel}|{dtype}|{shape}|{_call_site()}")
-            return original(pg, tensors, dst, 0)
+        def said(parts) -> str:
+            return f"tag {parts[1]}, {parts[2]} x {parts[3]}, shape {parts[4]}, posted at {parts[5]}"
 
-        return send
-
-    def _wrap_recv(self, original):
-        matching = self
-
-        def recv(pg, tensors, src, tag=0):
-            pair, k, ranks = matching._key(pg, src, None)
-            work = original(pg, tensors, src, 0)
-            numel, dtype, shape = _describe(tensors)
-            with matching._lock:
-                matching._pending[id(work)] = (work, (pair, k, ranks, tag, numel, dtype, shape, _call_site()))
-            return work
-
-        return recv
-
-    def _wrap_wait(self, original):
-        matching = self
-
-        def wait(work, *args, **kwargs):
-            entry = matching._pending.pop(id(work), None)
-            if entry is None:
-                return original(work, *args, **kwargs)
-            try:
-                result = original(work, *args, **kwargs)
-            except RuntimeError as exc:  # e.g. gloo: a message larger than the buffer
-                matching._check(entry[1], exc)
-                raise
-            matching._check(entry[1], None)
-            return result
-
-        return wait
-
-    def _check(self, info, error: Exception | None) -> None:
-        (group, src, dst), k, ranks, tag, numel, dtype, shape, where = info
-        key = f"{group}/{src}>{dst}/{k}"
-        if error is not None and not self.store.check([key]):
-            return  # nothing was sent for this receive: gloo's own error stands
-        sent = self.store.get(key).decode().split("|", 4)
-        s_tag, s_numel, s_dtype, s_shape, s_where = int(sent[0]), int(sent[1]), sent[2], sent[3], sent[4]
-        if (s_tag, s_numel, s_dtype) == (tag, numel, dtype):
-            return
         lines = [
             f"point-to-point messages crossed from rank {src} to rank {dst} (group of global ranks {list(ranks)}): "
-            f"rank {dst}'s receive #{k} from rank {src} (tag {tag}, {numel} x {dtype}, shape {shape}, posted at "
-            f"{where}) was matched with rank {src}'s send #{k} to rank {dst} (tag {s_tag}, {s_numel} x {s_dtype}, "
-            f"shape {s_shape}, posted at {s_where})."
+            f"rank {dst}'s receive #{k} from rank {src} ({said(recv)}) is matched with rank {src}'s send #{k} to "
+            f"rank {dst} ({said(send)})."
         ]
+        base = key.rsplit("/", 1)[0]
         for j in [*range(k + 1, k + 33), *range(max(0, k - 32), k)]:  # the send this receive was meant for
-            other = f"{group}/{src}>{dst}/{j}"
-            if not self.store.check([other]):
+            if not self.store.check([f"{base}/{j}"]):
                 continue
-            o = self.store.get(other).decode().split("|", 4)
-            if (int(o[0]), int(o[1]), o[2]) == (tag, numel, dtype):
-                lines.append(f"The send that fits it is rank {src}'s send #{j} (tag {o[0]}, {o[1]} x {o[2]}, shape "
-                             f"{o[3]}, posted at {o[4]}).")  # fmt: skip
+            o = self.store.get(f"{base}/{j}").decode().split("|", 5)
+            if o[0] == "send" and o[1:4] == recv[1:4]:
+                lines.append(f"The send that fits that receive is rank {src}'s send #{j} ({said(o)}).")
                 break
         lines.append(RULE + ".")
-        raise CrossedMessages(" ".join(lines)) from error
+        raise CrossedMessages(" ".join(lines))

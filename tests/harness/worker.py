@@ -109,15 +109,12 @@ class _Rank:
                 from tests.harness.device_faithful import DeviceFaithfulMode
 
                 modes.enter_context(DeviceFaithfulMode(impl=msg["impl"], device=device))
-            matching = None
             if msg.get("p2p_matching") == "tag-blind" and backend == "gloo":  # NCCL's rule (p2p_matching.py)
                 from tests.harness.p2p_matching import TagBlindMatching
 
                 store = torch.distributed.PrefixStore(f"p2p{msg['task']}/", self.store)
-                matching = modes.enter_context(TagBlindMatching(store, self.rank))
+                modes.enter_context(TagBlindMatching(store, self.rank))
             value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
-            if matching is not None:
-                matching.check_completed()
         if device.type == "cuda":
             torch.cuda.synchronize()
         return reply(msg["task"], Status.OK, value=_to_cpu(value), group_kept=self.group_kept())
