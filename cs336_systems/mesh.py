@@ -145,11 +145,12 @@ class MeshTrainer:
          (``shard_gradients=True`` for 2), so optimizer state is split across the dp replicas.
 
     ``train_step(inputs, targets)`` zeroes the grads, runs the pipeline (``num_microbatches``,
-    ``schedule``: "gpipe", "1f1b" or "zb-h1", as ``PipelineStage.train_step`` runs them; each stage
-    is one chunk, so not "interleaved") on this dp replica's batch, averages every gradient over ``mesh.group("dp")``
-    with ``ddp.all_reduce_gradients_flat`` (stages 0 and 1; stage 2's optimizer reduce-scatters
-    instead), and steps. The result is one step of ``optimizer_cls`` on the mean loss over the
-    whole batch (all dp replicas' batches, of equal size, concatenated in dp order).
+    ``schedule``: "gpipe", "1f1b", "zb-h1" or "interleaved", as ``PipelineStage.train_step`` runs
+    them; each stage is one chunk, so "interleaved" runs the 1F1B order) on this dp replica's batch,
+    averages every gradient over ``mesh.group("dp")`` with ``ddp.all_reduce_gradients_flat`` (stages
+    0 and 1; stage 2's optimizer reduce-scatters instead), and steps. The result is one step of
+    ``optimizer_cls`` on the mean loss over the whole batch (all dp replicas' batches, of equal size,
+    concatenated in dp order).
 
     Communication per step, on each rank (L_s = MLP blocks on this stage, m = microbatches):
     tp: 2 * L_s * m all-reduces of (microbatch, d_model) in the tp group; pp: m activations sent to
@@ -160,7 +161,7 @@ class MeshTrainer:
     Raises ``TypeError`` for a ``model`` that is not an ``nn.Sequential``, a ``mesh`` that is not a
     ``ProcessMesh`` or an ``optimizer_cls`` that is not an optimizer class, and ``ValueError`` if the
     mesh lacks one of "dp", "pp", "tp", ``zero_stage`` is not 0, 1 or 2, ``schedule`` is not one of
-    "gpipe", "1f1b", "zb-h1", or ``num_microbatches < 1``, before any communication.
+    those four, or ``num_microbatches < 1``, before any communication.
     """
 
     def __init__(self, model: nn.Sequential, mesh: ProcessMesh, loss_fn: Callable, optimizer_cls: type, *,

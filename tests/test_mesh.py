@@ -340,8 +340,6 @@ BAD_INPUT = [
              names="optimizer_cls", task="task7_3", arrange=_mesh_3d),
     BadInput("trainer-unknown-schedule", lambda M, mesh: _trainer(M, mesh, schedule="pipedream"), "ValueError",
              names="schedule", task="task7_3", arrange=_mesh_3d),
-    BadInput("trainer-interleaved-schedule", lambda M, mesh: _trainer(M, mesh, schedule="interleaved"), "ValueError",
-             names="schedule", task="task7_3", arrange=_mesh_3d),
     BadInput("trainer-zero-microbatches", lambda M, mesh: _trainer(M, mesh, num_microbatches=0), "ValueError",
              names="num_microbatches", task="task7_3", arrange=_mesh_3d),
     BadInput("trainer-mesh-without-pp-and-tp-axes", lambda M, mesh: _trainer(M, mesh), "ValueError", names="mesh",
