@@ -2,21 +2,25 @@
 
     pytest tests/staff/hidden/test_mesh_hidden.py --impl reference
 
-On 3 and 6 ranks the mesh has axes of size 3 (the public meshes are powers of two); a pipeline of 3
-stages on 3 ranks trains with GPipe; and on DP 2 x TP 2 with ZeRO-2 the gradients must travel as a
-reduce-scatter in the dp slice with no all-reduce before it (averaging twice gives the same numbers,
-so only the recorder sees it).
+Each is a public check at another size or layout. On 3 and 6 ranks the mesh has axes of size 3 (the
+public meshes are powers of two); pipelines of 3 stages on 3 ranks and, tp fastest, on 6; ZeRO-1/2's
+dp traffic on DP 2 x TP 2 (the public test: DP 2 x PP 2; averaging twice gives the same numbers, so
+only the recorder sees it); HSDP with 4 replicas and float16.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.harness import run_ranks
-from tests.harness.recorder import calls, format_events
 from tests.oracles.mesh import (
+    D_MODEL,
+    check_hsdp_setup,
     check_mesh_training,
+    check_zero_traffic,
     coords_of,
+    hsdp_setup_rank,
     mesh_batches,
     mesh_rank,
     slice_of,
@@ -51,15 +55,29 @@ def test_three_stage_pipeline_trains_like_one_process():
 
 
 @pytest.mark.task7_3
-def test_zero2_reduce_scatters_instead_of_all_reducing_over_dp():
-    """With ZeRO-2 the dp slice sees reduce-scatters and all-gathers of the gradients, never an all-reduce."""
+@pytest.mark.parametrize("zero_stage", [1, 2])
+def test_zero_traffic_over_dp_on_dp2_x_tp2(zero_stage):
+    """DP 2 x TP 2 (the public test runs DP 2 x PP 2): ZeRO-1 all-reduces once and never
+    reduce-scatters, ZeRO-2 reduce-scatters and never all-reduces, in the dp slice."""
     shape = {"dp": 2, "pp": 1, "tp": 2}
-    outs = run_ranks(4, trainer_rank, shape, "sgd", 2, mesh_batches(2, 8), record_step=1)
-    for rank, steps in enumerate(outs):
-        dp_slice = tuple(slice_of(rank, shape, "dp"))
-        events = [e for e in calls(steps[1]["events"]) if e.group_ranks == dp_slice]
-        ops = sorted({e.op for e in events})
-        assert "all_reduce" not in ops and any("reduce_scatter" in op for op in ops), (
-            f"rank {rank}: dp slice {list(dp_slice)} saw {ops}; ZeRO-2 averages with the optimizer's reduce-scatter "
-            f"only:\n{format_events(steps[1]['events'], limit=60)}"
-        )
+    outs = run_ranks(4, trainer_rank, shape, "sgd", zero_stage, mesh_batches(2, 8), record_step=1)
+    check_zero_traffic(outs, shape, zero_stage)
+
+
+@pytest.mark.task7_2
+def test_hsdp_of_four_replicas_broadcasts_buffers_and_computes_in_float16():
+    """HSDP with 4 replicas of 1 shard (the public test: 2 x 1 and 2 x 2) and compute_dtype=float16:
+    rank 0's buffers everywhere, the forward in float16."""
+    shape = {"replicate": 4, "shard": 1}
+    x = torch.randn(4, D_MODEL, generator=torch.Generator().manual_seed(9))
+    outs = run_ranks(4, hsdp_setup_rank, shape, torch.float16, x)
+    check_hsdp_setup(outs, shape, torch.float16, x)
+
+
+@pytest.mark.task7_3
+def test_six_rank_layout_with_tp_fastest_trains_like_one_process():
+    """DP 1 x PP 3 x TP 2 on 6 ranks, tp varying fastest: each rank's stage is its pp coordinate."""
+    shape = {"dp": 1, "pp": 3, "tp": 2}
+    batches = mesh_batches(steps=2, batch=8)
+    outs = run_ranks(6, trainer_rank, shape, "sgd", 0, batches)
+    check_mesh_training(outs, shape, "sgd", batches, "dp1xpp3xtp2")

@@ -867,6 +867,56 @@ MUTANTS = [
         new="return torch.empty(*next(iter(step.act_meta.values()))[:1], dtype=step.act_meta[k][1], device=step.device)",  # noqa: E501
         caught_by=PIPELINE_HIDDEN("keep", "train_rank"),
     ),
+    Mutant(
+        "pipeline_zb_skips_stage0_b",
+        "pipeline",
+        "ZB-H1's B computes no input gradient on stage 0 (\"stage 0's input needs none\"): a batch that requires"
+        " grad gets no .grad",
+        old="            if x.requires_grad:",
+        new="            if x.requires_grad and self.stage > 0:",
+        caught_by=SCHEDULES("stage_0_input and zb", "requires grad but its .grad is None"),
+    ),
+    Mutant(
+        "pipeline_relies_on_tags",
+        "pipeline",
+        "every message is tagged by kind (headers 2, payloads 1) and each action's sends go payload first: gloo's"
+        " tag matching sorts them out, NCCL (and the harness's tag-blind matching) hands the header's receive"
+        " the payload",
+        old="from torch import nn\n",
+        new=(
+            "from torch import nn\n\n\n"
+            "class _TaggedDist:  # the student's torch.distributed: tags by kind, payload posted before its header\n"
+            "    def __getattr__(self, name):\n"
+            "        return getattr(torch.distributed, name)\n\n"
+            "    @staticmethod\n"
+            "    def P2POp(op, tensor, peer, group=None):\n"
+            "        return torch.distributed.P2POp(op, tensor, peer, group, tag=2 if tensor.dtype == torch.int64 else 1)\n\n"  # noqa: E501
+            "    @staticmethod\n"
+            "    def recv(tensor, src, group=None):\n"
+            "        return torch.distributed.recv(tensor, src, group=group, tag=2 if tensor.dtype == torch.int64 else 1)\n\n"  # noqa: E501
+            "    @staticmethod\n"
+            "    def batch_isend_irecv(ops):\n"
+            "        sends = [o for o in ops if o.op is torch.distributed.isend]\n"
+            "        return torch.distributed.batch_isend_irecv(sends[::-1] + [o for o in ops if o not in sends])\n\n\n"
+            "dist = _TaggedDist()\n"
+        ),
+        caught_by=PIPELINE("training_matches and 1f1b and deep and not 3d", ("messages crossed", "NCCL ignores tag")),
+    ),
+    Mutant(
+        "pipeline_blocking_sends_first",
+        "pipeline",
+        "each action's sends are blocking dist.send calls made before the next receive is posted: in 1F1B's"
+        " steady state stage s sends to s + 1 while s + 1 sends to s, and both wait forever (on NCCL as on gloo)",
+        old="        ops = outgoing + recv\n",
+        new=(
+            "        for op in outgoing:  # blocking sends first\n"
+            "            dist.send(op.tensor, op.peer, group=op.group)\n"
+            "        outgoing, ops = [], recv\n"
+        ),
+        caught_by=PIPELINE(
+            "::test_pipeline_training_matches_one_process_on_the_full_batch[w2-1f1b-m-above-p-deep]", "no answer within"
+        ),
+    ),
     # -- Part 6: accounting ----------------------------------------------------------------------------------
     Mutant(
         "accounting_stage2_as_stage1",
@@ -1086,9 +1136,9 @@ MUTANTS = [
         "with ZeRO-2 the trainer still all-reduces the gradients before the optimizer's reduce-scatter",
         old="        if self.zero_stage < 2:",
         new="        if True:",
-        caught_by=MESH_HIDDEN(
-            "::test_zero2_reduce_scatters_instead_of_all_reducing_over_dp",
-            "ZeRO-2 averages with the optimizer's reduce-scatter",
+        caught_by=(
+            MESH("::test_zero_stage_decides_how_each_stage_averages_over_dp[w4-2]", "ZeRO-2 averages the gradients"),
+            MESH_HIDDEN("::test_zero_traffic_over_dp_on_dp2_x_tp2[2]", "ZeRO-2 averages the gradients"),
         ),
     ),
     Mutant(
