@@ -34,7 +34,12 @@ from scripts.grading.rubric import Rubric, excluded, load_rubric, tasks_of
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- points:begin -->", "<!-- points:end -->"
 # The harness's and the shared oracles' own tests (marker `harness`): they never run an implementation.
-UNGRADED = {"tests/test_harness.py", "tests/test_trace.py", "tests/test_oracles.py"}
+UNGRADED = {
+    "tests/test_harness.py",
+    "tests/test_trace.py",
+    "tests/test_oracles.py",
+    "tests/test_harness_p2p_matching.py",
+}
 HEADING = re.compile(
     r"^## (?P<title>.+?)(?P<points>\s*(?:\((?:[^()]*?, )?[\d.]+ (?:pts?|points?)\)|— [\d.]+ points?))?\s*$"
 )

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.staff
 
 
 def test_every_public_bad_input_test_passes_the_alternative_wording():
-    """Every public bad-input case (227 of them, all parts) passes when each message is only
+    """Every public bad-input case (every one of them, all parts) passes when each message is only
     ``[alt] rejected: <argument names>``: the judge asks for the type and the name, nothing more."""
     run = run_suite("tests.staff.alt_impl", "tests/", "--ignore=tests/staff", "-k", "bad_input",
                     world_sizes="1,2", deadline=30, timeout=600)  # fmt: skip
