@@ -23,7 +23,7 @@ pytestmark = pytest.mark.staff
 
 # script -> arguments that keep it to a few seconds; the defaults are for measuring.
 SMALLEST = {
-    "collectives": "--world-sizes 2,3 --samples 2 --max-size 16384",
+    "collectives": "--world-sizes 1,2,3 --samples 2 --max-size 16384",  # 1: a one-GPU node
     "context_parallel": "--world-sizes 1,2 --seqs 64 --heads 2 --head-dim 8 --iters 1 --warmup 0",
     "ddp": "--layers 1 --d-model 32 --d-ff 64 --batch 4 --caps 0.01,1 --steps 1 --rounds 1 --warmup 1",
     "expert_parallel": "--world-sizes 2 --tokens 32 --d-model 16 --d-ff 32 --experts 4 --skews 0,0.5 --iters 1",
