@@ -243,6 +243,36 @@ def test_backward_ring_sends_keys_values_and_their_gradients_to_the_next_rank(wo
                              overlapped_hops=world_size - 1, what=f"backward ({layout}, {mask})")  # fmt: skip
 
 
+@pytest.mark.task9_3
+def test_backward_accumulates_and_ships_key_value_gradients_in_float32_for_bfloat16_inputs(world_size):
+    """bfloat16 q, k, v: key/value hops in bfloat16, gradient hops in float32 (the docstring's 2x bytes)."""
+    b, h, per_rank, d, dv = 1, 2, 6, 8, 4
+    s = per_rank * world_size
+    q, k = (_rand((b, h, s, d), 60 + i).to(torch.bfloat16) for i in range(2))
+    v, dout = (_rand((b, h, s, dv), 62 + i).to(torch.bfloat16) for i in range(2))
+    want = attention_oracle(q, k, v, dout, causal=True)
+    outs = run_ranks(world_size, backward_rank, [(rank_blocks(world_size, True, q, k, v, dout), True, True)])
+    elems = (k.numel() + v.numel()) // world_size  # one key block and one value block
+    for rank, [(_, _, dk, dvv, events, _)] in enumerate(outs):
+        log, what = format_events(events), f"rank {rank}, backward with bfloat16 q, k, v"
+        sends = _p2p(events, "isend", True) + _p2p(events, "send", True)
+        by_dtype = {}
+        for e in sends:
+            by_dtype[e.dtype] = by_dtype.get(e.dtype, 0) + e.nbytes
+        want_bytes = {"bfloat16": (world_size - 1) * elems * 2, "float32": world_size * elems * 4}
+        want_bytes = {t: n for t, n in want_bytes.items() if n and world_size > 1}  # no ring at N = 1
+        assert by_dtype == want_bytes, (
+            f"{what}: expected the N-1 key/value hops in bfloat16 and the N gradient hops in float32 "
+            f"(gradients accumulate and travel in float32 for 16-bit inputs), bytes sent by dtype "
+            f"{want_bytes}, got {by_dtype}:\n{log}"
+        )
+        for name, got in (("dk", dk), ("dv", dvv)):
+            expected = cut_sequence(want[name].to(torch.bfloat16), world_size, True)[rank]
+            assert got.dtype == torch.bfloat16, f"{what}: {name} must come back in bfloat16, got {got.dtype}"
+            # bfloat16 inputs, and out rounded to bfloat16 before backward: a few bfloat16 ulps
+            assert_close(got, expected, what=f"{what}: {name}", rtol=5e-2, atol=5e-2)
+
+
 # -- bad input: a clear error on every rank, before any message ---------------------------------------
 
 

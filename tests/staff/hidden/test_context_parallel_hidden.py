@@ -104,3 +104,30 @@ def test_long_blocks_at_large_logits_in_float64():
     for rank, [(out, lse, _, _)] in enumerate(outs):
         assert_close(out, cut_sequence(want["out"], n, True)[rank], what=f"rank {rank}: out at large logits")
         assert_close(lse, cut_sequence(want["lse"], n, True, dim=2)[rank], what=f"rank {rank}: lse at large logits")
+
+
+@pytest.mark.task9_3
+@pytest.mark.parametrize("layout, causal", [("contiguous", False), ("zigzag", True)])
+def test_bfloat16_gradients_travel_in_float32_on_a_ring_of_three(layout, causal):
+    """World 3, bfloat16, 4 tokens per rank: key/value hops in bfloat16, the 3 gradient hops in float32."""
+    _skip_without_gpus(3)
+    n, zigzag = 3, layout == "zigzag"
+    q, k, v, dout = (t.to(torch.bfloat16) for t in _inputs(seed=70, s=4 * n, b=1, h=3, d=6, dv=10))
+    want = attention_oracle(q, k, v, dout, causal)
+    outs = run_ranks(n, backward_rank, [(rank_blocks(n, zigzag, q, k, v, dout), causal, zigzag)])
+    elems = (k.numel() + v.numel()) // n
+    want_bytes = {"bfloat16": (n - 1) * elems * 2, "float32": n * elems * 4}
+    for rank, [(_, _, dk, dv, events, _)] in enumerate(outs):
+        by_dtype = {}
+        for e in calls(events):
+            if e.op in ("isend", "send") and e.in_backward:
+                by_dtype[e.dtype] = by_dtype.get(e.dtype, 0) + e.nbytes
+        assert by_dtype == want_bytes, (
+            f"rank {rank} of 3: expected the N-1 key/value hops in bfloat16 and the N gradient hops in float32, "
+            f"bytes sent by dtype {want_bytes}, got {by_dtype}:\n{format_events(events)}"
+        )
+        for name, got in (("dk", dk), ("dv", dv)):
+            assert got.dtype == torch.bfloat16, f"rank {rank} of 3: {name} must come back in bfloat16, got {got.dtype}"
+            expected = cut_sequence(want[name].to(torch.bfloat16), n, zigzag)[rank]
+            # bfloat16 inputs, and out rounded to bfloat16 before backward: a few bfloat16 ulps
+            assert_close(got, expected, what=f"rank {rank} of 3, bfloat16 {layout}: {name}", rtol=5e-2, atol=5e-2)

@@ -1432,6 +1432,22 @@ MUTANTS = [
         caught_by=CP_ACCOUNTING("::test_context_parallel_accounting_gives_the_handouts_examples", "ring bytes, s=32k"),
     ),
     Mutant(
+        "context_parallel_grads_in_bf16",
+        "context_parallel",
+        "backward accumulates (and ships) the key/value gradients in the inputs' dtype: bfloat16 for bfloat16 "
+        "inputs, not float32 as the docstring promises (float32/64 tests cannot see it)",
+        old="_cur.shape, dtype=acc,",
+        new="_cur.shape, dtype=q.dtype,",
+        count=2,
+        caught_by=(
+            CP("ring_attention_gradients or backward_ring_sends", world_sizes="2,4", passes=True, within=300),
+            CP(
+                "::test_backward_accumulates_and_ships_key_value_gradients_in_float32_for_bfloat16_inputs[w2]",
+                "the N gradient hops in float32",
+            ),
+        ),
+    ),
+    Mutant(
         "context_parallel_world_ring",
         "context_parallel",
         "the ring runs over the whole world instead of ``group`` (only a sub-group test sees it)",
