@@ -19,10 +19,11 @@ import math
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-from tests.harness.recorder import calls, collective_ops, format_events
+from tests.harness.recorder import CommRecorder, calls, collective_ops, format_events
 from tests.oracles.attention import attention_oracle, backward_rank, cut_sequence, forward_rank, rank_blocks
 
 LAYOUTS = ["contiguous", "zigzag"]
@@ -271,6 +272,38 @@ def test_backward_accumulates_and_ships_key_value_gradients_in_float32_for_bfloa
             assert got.dtype == torch.bfloat16, f"{what}: {name} must come back in bfloat16, got {got.dtype}"
             # bfloat16 inputs, and out rounded to bfloat16 before backward: a few bfloat16 ulps
             assert_close(got, expected, what=f"{what}: {name}", rtol=5e-2, atol=5e-2)
+
+
+def two_rings_rank(ctx, data):
+    """World 4 as two rings, {0, 1} and {2, 3}: each runs attention (forward and backward) on its own sequence."""
+    cp = ctx.load("context_parallel")
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates every group, in order
+    ring, pos = divmod(ctx.rank, 2)
+    q, k, v, dout = (t.to(ctx.device).clone() for t in data[ring][pos])
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    with CommRecorder() as rec:
+        out = cp.ring_attention(q, k, v, group=groups[ring])
+        (out * dout).sum().backward()
+    return out.detach(), q.grad, k.grad, v.grad, rec.events
+
+
+@pytest.mark.task9_3
+@pytest.mark.world_sizes(4)
+def test_two_rings_on_sub_groups_each_attend_to_their_own_sequence(world_size):
+    """``group``: world 4 as two rings of 2; each matches SDPA on its own sequence and talks only inside its ring."""
+    inputs = [_case(2, torch.float64, seed=80 + ring) for ring in range(2)]
+    oracles = [attention_oracle(*x, causal=False) for x in inputs]
+    outs = run_ranks(world_size, two_rings_rank, [rank_blocks(2, False, *x) for x in inputs])
+    for rank, (out, dq, dk, dv, events) in enumerate(outs):
+        ring, pos = divmod(rank, 2)
+        members = [2 * ring, 2 * ring + 1]
+        what = f"rank {rank} (group rank {pos} of the ring {members})"
+        for e in calls(events):
+            assert e.group_ranks == tuple(members) and e.peer in (None, *members), (
+                f"{what}: every message must stay inside group {members}:\n{format_events(events)}"
+            )
+        for name, got in zip(["out", "dq", "dk", "dv"], [out, dq, dk, dv]):
+            assert_close(got, cut_sequence(oracles[ring][name], 2, False)[pos], what=f"{what}: {name}")
 
 
 # -- bad input: a clear error on every rank, before any message ---------------------------------------

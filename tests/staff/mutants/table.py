@@ -1450,10 +1450,17 @@ MUTANTS = [
     Mutant(
         "context_parallel_world_ring",
         "context_parallel",
-        "the ring runs over the whole world instead of ``group`` (only a sub-group test sees it)",
+        "the ring runs over the whole world instead of ``group`` (only a sub-group test sees it: public and hidden)",
         old="ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)",
         new="ranks = list(range(dist.get_world_size()))",
-        caught_by=CP_HIDDEN("::test_two_rings_on_sub_groups_keep_to_their_group", "is not part of group"),
+        caught_by=(
+            CP(
+                "::test_two_rings_on_sub_groups_each_attend_to_their_own_sequence[w4]",
+                "is not part of group",
+                world_sizes="4",
+            ),
+            CP_HIDDEN("::test_two_rings_on_sub_groups_keep_to_their_group", "is not part of group"),
+        ),
     ),
 ]
 
