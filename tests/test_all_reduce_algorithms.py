@@ -317,6 +317,49 @@ def test_every_algorithm_works_inside_a_subgroup(world_size, algorithm):
             assert_ring(events, members, rank, 20, what)
 
 
+def size_where_group_and_world_disagree(group_size: int, world_size: int, alpha: float, beta: float) -> int | None:
+    """The smallest 4 * 2**k bytes where the model picks differently for the group's size and the world's."""
+    for k in range(24):
+        num_bytes = 4 << k
+        if model_choice(num_bytes, group_size, alpha, beta) != model_choice(num_bytes, world_size, alpha, beta):
+            return num_bytes
+    return None
+
+
+def auto_subgroup_rank(ctx, groups: list[list[int]]):
+    """Every rank creates every group; each all-reduces, with "auto", a message sized for the first group."""
+    C = ctx.load("collectives")
+    alpha, beta = C.ALPHA_BETA.get(ctx.backend, C.ALPHA_BETA["gloo"])
+    handles = [dist.new_group(g) for g in groups]
+    mine = next(i for i, g in enumerate(groups) if ctx.rank in g)
+    num_bytes = size_where_group_and_world_disagree(len(groups[0]), ctx.world_size, alpha, beta)
+    x = torch.ones((num_bytes or 4) // 4, device=ctx.device)  # None: the parent says so
+    with CommRecorder() as rec:
+        C.all_reduce(x, group=handles[mine], algorithm="auto")
+    return alpha, beta, num_bytes, groups[mine], x[:3].cpu(), rec.events
+
+
+@pytest.mark.world_sizes(4)
+def test_auto_inside_a_subgroup_chooses_by_the_groups_size(world_size):
+    """A group of 3 in a world of 4, at a size where the model picks the ring for 3 ranks and recursive doubling
+    for 4: ``auto`` must run what the model picks for the group's size (from the implementation's ALPHA_BETA)."""
+    outs = run_ranks(world_size, auto_subgroup_rank, [[0, 1, 2], [3]])
+    for rank, (alpha, beta, num_bytes, members, head, events) in enumerate(outs):
+        n = len(members)
+        assert num_bytes is not None, f"no message size where the model's pick for 3 and 4 ranks differ ({alpha=})"
+        pick, world_pick = model_choice(num_bytes, n, alpha, beta), model_choice(num_bytes, world_size, alpha, beta)
+        what = (f"rank {rank} in group {members}, all_reduce(algorithm='auto') of {num_bytes} bytes: the model picks "
+                f"{pick!r} for the group's {n} ranks ({world_pick!r} for the world's {world_size}), "
+                f"so auto must run {pick!r}")  # fmt: skip
+        assert_close(head, torch.full((3,), float(n)), what=what)
+        if n == 1:
+            assert not calls(events), f"{what}: a group of one sends nothing:\n{format_events(events)}"
+        elif pick == "ring":
+            assert_ring(events, members, rank, num_bytes, what, count_steps=False)
+        else:
+            assert_recursive_doubling(events, members, rank, num_bytes, what)
+
+
 # -- the alpha-beta model in accounting.py: time, crossover, fit ---------------------------------------
 
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from tests.harness import CONFIG, assert_close, run_ranks
+from tests.harness.recorder import CommRecorder, calls, format_events
 
 SIZES = [6, 7]
 CASES = [(torch.int64, (0,)), (torch.int64, (5,)), (torch.float32, (33, 17)), (torch.int64, (300_001,))]
@@ -59,3 +61,54 @@ def test_every_algorithm_at_world_sizes_with_several_extra_ranks(n):
     for rank, got in enumerate(outs):
         for g, want, name in zip(got, expected, names):
             assert_close(g, want, what=f"rank {rank}, {name}")
+
+
+def _model_choice(num_bytes: int, n: int, alpha: float, beta: float) -> str:
+    """choose_all_reduce_algorithm's alpha-beta model (the public test's oracle)."""
+    p = 1 << (n.bit_length() - 1)
+    steps = (p.bit_length() - 1) + (2 if n != p else 0)
+    ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * num_bytes * beta
+    return "recursive_doubling" if steps * (alpha + num_bytes * beta) < ring else "ring"
+
+
+def auto_sub_groups_rank(ctx, groups):
+    """Evens and odds, each all-reducing with "auto" a message where the group's pick and the world's differ."""
+    C = ctx.load("collectives")
+    alpha, beta = C.ALPHA_BETA.get(ctx.backend, C.ALPHA_BETA["gloo"])
+    handles = [dist.new_group(g) for g in groups]
+    mine = next(i for i, g in enumerate(groups) if ctx.rank in g)
+    n = len(groups[mine])
+    differ = [
+        m
+        for m in (4 << k for k in range(24))
+        if _model_choice(m, n, alpha, beta) != _model_choice(m, ctx.world_size, alpha, beta)
+    ]
+    num_bytes = differ[0] if differ else None
+    x = torch.ones((num_bytes or 4) // 4, device=ctx.device)
+    with CommRecorder() as rec:
+        C.all_reduce(x, group=handles[mine], algorithm="auto")
+    return alpha, beta, num_bytes, groups[mine], x[:3].cpu(), rec.events
+
+
+@pytest.mark.task1_7
+@pytest.mark.deadline(60)
+def test_auto_inside_sub_groups_chooses_by_the_groups_size():
+    """World 6 as evens and odds (groups of 3), at a size where the model picks the ring for 3 ranks and recursive
+    doubling for 6: auto must run the group's pick (only to the next rank of the group, whole ring traffic)."""
+    n_world = 6
+    if CONFIG.backend == "nccl" and n_world > torch.cuda.device_count():
+        pytest.skip(f"world size {n_world} needs {n_world} GPUs")
+    outs = run_ranks(n_world, auto_sub_groups_rank, [[0, 2, 4], [1, 3, 5]])
+    for rank, (alpha, beta, num_bytes, members, head, events) in enumerate(outs):
+        assert num_bytes is not None, f"rank {rank}: no size where the picks for 3 and 6 ranks differ"
+        n, me = len(members), members.index(rank)
+        pick = _model_choice(num_bytes, n, alpha, beta)
+        what = (f"rank {rank} in group {members}, all_reduce(algorithm='auto') of {num_bytes} bytes: the model picks "
+                f"{pick!r} for the group's {n} ranks, so auto must run it")  # fmt: skip
+        assert pick == "ring", f"{what}: the test expects the ring for the group (it is recursive doubling for 6)"
+        assert_close(head, torch.full((3,), float(n)), what=what)
+        sends = {e.peer for e in calls(events) if e.op in ("send", "isend")}
+        recvs = {e.peer for e in calls(events) if e.op in ("recv", "irecv")}
+        log = format_events(events)
+        assert sends == {members[(me + 1) % n]}, f"{what}: a ring sends only to the next rank of the group:\n{log}"
+        assert recvs == {members[(me - 1) % n]}, f"{what}: a ring receives only from the previous rank:\n{log}"

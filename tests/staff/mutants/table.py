@@ -200,6 +200,24 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "collectives_auto_by_world_size",
+        "collectives",
+        "algorithm=\"auto\" on a sub-group chooses by the world's size (dist.get_world_size()), not the group's",
+        old="choose_all_reduce_algorithm(tensor.numel() * tensor.element_size(), n, alpha=alpha, beta=beta)",
+        new="choose_all_reduce_algorithm(tensor.numel() * tensor.element_size(), dist.get_world_size(), alpha=alpha, beta=beta)",  # noqa: E501
+        caught_by=(
+            ALGORITHMS("::test_every_algorithm_works_inside_a_subgroup", world_sizes="2,4", passes=True),
+            ALGORITHMS(
+                "::test_auto_inside_a_subgroup_chooses_by_the_groups_size[w4]",
+                "a ring sends only to the next rank",
+                world_sizes="4",
+            ),
+            ALGORITHMS_HIDDEN(
+                "::test_auto_inside_sub_groups_chooses_by_the_groups_size", "a ring sends only to the next rank"
+            ),
+        ),
+    ),
+    Mutant(
         "collectives_ring_off_by_one",
         "collectives",
         "the ring's all-gather phase forwards the wrong chunk (off by one)",
