@@ -121,6 +121,20 @@ def test_zero_memory_matches_its_definition_on_random_models(cases):
         assert all(a >= b for a, b in zip(got[:4], got[1:4])), f"memory grows with the stage: {got[:4]}"
 
 
+@pytest.mark.task6_1
+def test_training_memory_rounds_fractional_bytes_per_parameter_to_the_nearest_int():
+    """Fractional bytes per parameter (quantised formats): ``training_memory_bytes`` is the nearest int."""
+    cases = [(9, 1.1, 2, 12), (13, 0.75, 0.25, 0.6)]  # 135.9 and 20.8 bytes: rounding and truncating differ
+    values = evaluate(*[call("training_memory_bytes", n, param_bytes=p, grad_bytes=g, optimizer_bytes=o)
+                        for n, p, g, o in cases])  # fmt: skip
+    for (n, p, g, o), got in zip(cases, values):
+        exact = n * (p + g + o)
+        assert got == round(exact) and isinstance(got, int), (
+            f"training_memory_bytes({n}, param_bytes={p}, grad_bytes={g}, optimizer_bytes={o}) = {got!r}; "
+            f"exactly {exact:.4f} bytes: expected the nearest int, {round(exact)}"
+        )
+
+
 @pytest.mark.task6_2
 @EXAMPLES
 @given(batches(counts, world, st.integers(1, 64), st.integers(1, 512), st.integers(1, 8)))
