@@ -642,7 +642,7 @@ class PipelineStage:
             raise ValueError(f"stage {self.stage} output must have <= {_MAX_DIMS} dims and a dtype in {_DTYPES}")
         header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
         header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
-        header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64)
+        header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64, device=out.device)
         return dist.P2POp(dist.isend, header, self._ring_next, self.group)
 
     def _recv_header(self, device: torch.device, k: int) -> tuple[tuple[int, ...], torch.dtype]:

@@ -450,7 +450,8 @@ def test_fit_alpha_beta_stays_non_negative_when_latency_is_hidden():
 # -- bad input: a clear error on every rank, before any message ------------------------------------------
 
 BAD_INPUT = [
-    BadInput("all_reduce-unknown-algorithm", lambda C, ctx: C.all_reduce(torch.ones(3), algorithm="tree"),
+    BadInput("all_reduce-unknown-algorithm",
+             lambda C, ctx: C.all_reduce(torch.ones(3, device=ctx.device), algorithm="tree"),
              "ValueError", names="algorithm", task="task1_7"),
     BadInput("choose-negative-num_bytes",
              lambda C, ctx: C.choose_all_reduce_algorithm(-1, ctx.world_size, alpha=1e-5, beta=1e-9),

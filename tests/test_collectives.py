@@ -333,25 +333,29 @@ def test_collectives_on_a_subgroup_use_global_src_dst_and_group_order(world_size
 
 
 BAD_INPUT = [
-    BadInput("broadcast-src-outside-the-group", lambda C, ctx: C.broadcast(torch.ones(2), src=ctx.world_size),
+    BadInput("broadcast-src-outside-the-group",
+             lambda C, ctx: C.broadcast(torch.ones(2, device=ctx.device), src=ctx.world_size),
              "ValueError", names="src", task="task1_1"),
     BadInput("broadcast-of-a-list", lambda C, ctx: C.broadcast([1.0, 2.0], src=0),
              "TypeError", names="tensor", task="task1_1"),
-    BadInput("reduce-dst-outside-the-group", lambda C, ctx: C.reduce(torch.ones(2), dst=-1),
+    BadInput("reduce-dst-outside-the-group", lambda C, ctx: C.reduce(torch.ones(2, device=ctx.device), dst=-1),
              "ValueError", names="dst", task="task1_2"),
     BadInput("reduce_scatter-dim-0-not-divisible",
-             lambda C, ctx: C.reduce_scatter(torch.ones(ctx.world_size * 3 + 1, 2)),
+             lambda C, ctx: C.reduce_scatter(torch.ones(ctx.world_size * 3 + 1, 2, device=ctx.device)),
              "ValueError", names="tensor", task="task1_4"),
-    BadInput("reduce_scatter-of-a-0-d-tensor", lambda C, ctx: C.reduce_scatter(torch.tensor(1.0)),
+    BadInput("reduce_scatter-of-a-0-d-tensor", lambda C, ctx: C.reduce_scatter(torch.tensor(1.0, device=ctx.device)),
              "ValueError", names="tensor", task="task1_4"),
-    BadInput("all_reduce-unknown-op", lambda C, ctx: C.all_reduce(torch.ones(3), op="max"),
+    BadInput("all_reduce-unknown-op", lambda C, ctx: C.all_reduce(torch.ones(3, device=ctx.device), op="max"),
              "ValueError", names="op", task="task1_5"),
-    BadInput("all_reduce-avg-of-integers", lambda C, ctx: C.all_reduce(torch.ones(3, dtype=torch.int64), op="avg"),
+    BadInput("all_reduce-avg-of-integers",
+             lambda C, ctx: C.all_reduce(torch.ones(3, dtype=torch.int64, device=ctx.device), op="avg"),
              "TypeError", names="op", task="task1_5"),
-    BadInput("all_to_all-wrong-number-of-tensors", lambda C, ctx: C.all_to_all([torch.ones(1)] * (ctx.world_size + 1)),
+    BadInput("all_to_all-wrong-number-of-tensors",
+             lambda C, ctx: C.all_to_all([torch.ones(1, device=ctx.device)] * (ctx.world_size + 1)),
              "ValueError", names="tensors", task="task1_6"),
     BadInput("all_to_all-mismatched-trailing-dims",  # N tensors: one (1, 2), the others (1, 3)
-             lambda C, ctx: C.all_to_all([torch.ones(1, 2)] + [torch.ones(1, 3)] * (ctx.world_size - 1)),
+             lambda C, ctx: C.all_to_all([torch.ones(1, 2, device=ctx.device)]
+                                         + [torch.ones(1, 3, device=ctx.device)] * (ctx.world_size - 1)),
              "ValueError", names="tensors", task="task1_6"),
 ]  # fmt: skip
 

@@ -310,23 +310,28 @@ def test_two_rings_on_sub_groups_each_attend_to_their_own_sequence(world_size):
 
 
 def _qkv(ctx, s=4, d=3):
-    return [torch.ones(1, 2, s, d) for _ in range(3)]
+    return [torch.ones(1, 2, s, d, device=ctx.device) for _ in range(3)]
 
 
 BAD_INPUT = [
-    BadInput("shard-length-not-divisible", lambda cp, ctx: cp.shard_sequence(torch.ones(2, ctx.world_size + 1), dim=1),
+    BadInput("shard-length-not-divisible",
+             lambda cp, ctx: cp.shard_sequence(torch.ones(2, ctx.world_size + 1, device=ctx.device), dim=1),
              "ValueError", names="x", task="task9_1"),
     BadInput("shard-zigzag-length-not-divisible-by-2N",
-             lambda cp, ctx: cp.shard_sequence(torch.ones(1, 2, 3 * ctx.world_size, 4), zigzag=True),
+             lambda cp, ctx: cp.shard_sequence(torch.ones(1, 2, 3 * ctx.world_size, 4, device=ctx.device), zigzag=True),
              "ValueError", names="x", task="task9_1"),
-    BadInput("unshard-zigzag-odd-block", lambda cp, ctx: cp.unshard_sequence(torch.ones(1, 2, 3, 4), zigzag=True),
+    BadInput("unshard-zigzag-odd-block",
+             lambda cp, ctx: cp.unshard_sequence(torch.ones(1, 2, 3, 4, device=ctx.device), zigzag=True),
              "ValueError", names="x", task="task9_1"),
-    BadInput("forward-q-not-4d", lambda cp, ctx: cp.ring_attention_forward(torch.ones(2, 4, 3), *_qkv(ctx)[1:]),
+    BadInput("forward-q-not-4d",
+             lambda cp, ctx: cp.ring_attention_forward(torch.ones(2, 4, 3, device=ctx.device), *_qkv(ctx)[1:]),
              "ValueError", names="q", task="task9_2"),
     BadInput("forward-k-shape-differs", lambda cp, ctx: cp.ring_attention_forward(
-        _qkv(ctx)[0], torch.ones(1, 2, 4, 5), _qkv(ctx)[2]), "ValueError", names="k", task="task9_2"),
+        _qkv(ctx)[0], torch.ones(1, 2, 4, 5, device=ctx.device), _qkv(ctx)[2]),
+             "ValueError", names="k", task="task9_2"),
     BadInput("forward-v-dtype-differs", lambda cp, ctx: cp.ring_attention_forward(
-        *_qkv(ctx)[:2], torch.ones(1, 2, 4, 3, dtype=torch.float64)), "TypeError", names="v", task="task9_2"),
+        *_qkv(ctx)[:2], torch.ones(1, 2, 4, 3, dtype=torch.float64, device=ctx.device)),
+             "TypeError", names="v", task="task9_2"),
     BadInput("forward-zigzag-odd-block", lambda cp, ctx: cp.ring_attention_forward(*_qkv(ctx, s=3), zigzag=True),
              "ValueError", names="q", task="task9_2"),
     BadInput("forward-causal-not-bool", lambda cp, ctx: cp.ring_attention_forward(*_qkv(ctx), causal="yes"),

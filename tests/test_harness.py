@@ -42,7 +42,7 @@ def raise_on_rank_one(ctx):
 
 def hang_rank(ctx):
     if ctx.rank == 0:
-        buf = torch.empty(4)
+        buf = torch.empty(4, device=ctx.device)
         dist.recv(buf, src=1)  # rank 1 never sends: a deadlock
     return ctx.rank
 
@@ -67,7 +67,7 @@ def exit_rank(ctx, how):
 
 def recorded_rank(ctx):
     peer = 1 - ctx.rank
-    x = torch.arange(6.0)
+    x = torch.arange(6.0, device=ctx.device)
     with CommRecorder() as rec:
         if ctx.rank == 0:
             dist.send(x, dst=peer)
@@ -79,7 +79,7 @@ def recorded_rank(ctx):
         dist.all_reduce(x, async_op=True).wait()
         ctx_group = dist.new_group([0, 1])
         ctx_group.allreduce([x]).wait()  # bypassing torch.distributed is still seen
-        w = torch.ones(3, requires_grad=True)
+        w = torch.ones(3, requires_grad=True, device=ctx.device)
         w.register_hook(lambda g: dist.all_reduce(g.clone()) and None)
         (w * 2).sum().backward()
     return rec.events
@@ -193,8 +193,8 @@ def test_the_recorder_sees_p2p_collectives_waits_bypasses_and_backward(world_siz
 def record_twice_rank(ctx):
     for _ in range(2):
         with CommRecorder() as rec:
-            dist.all_reduce(torch.ones(2))
-    dist.all_reduce(torch.ones(2))  # torch works normally once the recorder is gone
+            dist.all_reduce(torch.ones(2, device=ctx.device))
+    dist.all_reduce(torch.ones(2, device=ctx.device))  # torch works normally once the recorder is gone
     return rec.events
 
 
@@ -217,7 +217,7 @@ def remember_group_rank(ctx):
 
 def same_group_rank(ctx):
     """Whether this run got the group ``remember_group_rank`` saw, and that the group works."""
-    x = torch.ones(1)
+    x = torch.ones(1, device=ctx.device)
     dist.all_reduce(x)
     return {"same": bool(_REMEMBERED) and dist.group.WORLD is _REMEMBERED[0], "sum": x.item()}
 
@@ -233,7 +233,7 @@ def change_group_rank(ctx, how):
 
 
 def random_rank(ctx):
-    return torch.rand(3)
+    return torch.rand(3, device=ctx.device)
 
 
 @pytest.mark.world_sizes(2)

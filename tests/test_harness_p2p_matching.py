@@ -26,11 +26,14 @@ def _skip_unless_gloo() -> None:
 def tagged_out_of_order_rank(ctx, sizes):
     """Rank 0 sends two tagged messages; rank 1 posts their receives in the other order (only tags pair them)."""
     if ctx.rank == 0:
-        works = [dist.isend(torch.full((n,), float(tag)), 1, tag=tag) for tag, n in enumerate(sizes, start=1)]
+        works = [
+            dist.isend(torch.full((n,), float(tag), device=ctx.device), 1, tag=tag)
+            for tag, n in enumerate(sizes, start=1)
+        ]
         for w in works:
             w.wait()
         return None
-    bufs = {tag: torch.zeros(n) for tag, n in enumerate(sizes, start=1)}
+    bufs = {tag: torch.zeros(n, device=ctx.device) for tag, n in enumerate(sizes, start=1)}
     works = [dist.irecv(bufs[tag], 0, tag=tag) for tag in sorted(bufs, reverse=True)]
     for w in works:
         w.wait()
@@ -40,11 +43,11 @@ def tagged_out_of_order_rank(ctx, sizes):
 def in_order_rank(ctx):
     """Tags or not, both sides post in one order: fine under both rules."""
     if ctx.rank == 0:
-        dist.send(torch.arange(3.0), 1, tag=7)
-        w = dist.isend(torch.arange(5.0), 1)
+        dist.send(torch.arange(3.0, device=ctx.device), 1, tag=7)
+        w = dist.isend(torch.arange(5.0, device=ctx.device), 1)
         w.wait()
         return None
-    a, b = torch.zeros(3), torch.zeros(5)
+    a, b = torch.zeros(3, device=ctx.device), torch.zeros(5, device=ctx.device)
     dist.recv(a, 0, tag=7)
     dist.recv(b, 0)
     return a.sum().item() + b.sum().item()

@@ -376,7 +376,9 @@ def _schedule_cases(args: tuple, what: str, exception: str, names: str) -> list[
 
 
 def _train(ctx, P, batch: int, num_microbatches: int, schedule: str = "1f1b"):
-    return _pipe(ctx, P).train_step(torch.randn(batch, 8), torch.randn(batch, 8), num_microbatches, schedule)
+    return _pipe(ctx, P).train_step(
+        torch.randn(batch, 8, device=ctx.device), torch.randn(batch, 8, device=ctx.device), num_microbatches, schedule
+    )
 
 
 BAD_INPUT = [

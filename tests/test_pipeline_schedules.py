@@ -506,7 +506,7 @@ def _pipe(ctx, P, v: int = 1):
 
 
 def _train(ctx, P, m: int, schedule: str, v: int = 1, checkpoint=False):
-    x = torch.randn(4 * ctx.world_size, 8)
+    x = torch.randn(4 * ctx.world_size, 8, device=ctx.device)
     return _pipe(ctx, P, v).train_step(x, x, m, schedule=schedule, checkpoint=checkpoint)
 
 

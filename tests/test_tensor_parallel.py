@@ -443,10 +443,10 @@ def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, se
 # The stub's docstrings promise errors naming the argument: ``x`` for the conjugate functions.
 BAD_INPUT = [
     BadInput("scatter-last-dim-not-divisible",
-             lambda TP, ctx: TP.scatter_to_tp_region(torch.ones(2, 4 * ctx.world_size + 1)),
+             lambda TP, ctx: TP.scatter_to_tp_region(torch.ones(2, 4 * ctx.world_size + 1, device=ctx.device)),
              "ValueError", names="x", task="task4_1"),
     BadInput("reduce_scatter-dim-0-not-divisible",
-             lambda TP, ctx: TP.reduce_scatter_to_sp_region(torch.ones(4 * ctx.world_size + 1, 2)),
+             lambda TP, ctx: TP.reduce_scatter_to_sp_region(torch.ones(4 * ctx.world_size + 1, 2, device=ctx.device)),
              "ValueError", names="x", task="task4_1"),
     BadInput("copy-of-a-list", lambda TP, ctx: TP.copy_to_tp_region([1.0, 2.0]),
              "TypeError", names="x", task="task4_1"),
