@@ -322,9 +322,10 @@ def test_the_options_reach_a_test_file_outside_tests():
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(dir=root, prefix="scratch-") as scratch:
         (Path(scratch) / "test_mine.py").write_text(SCRATCH_TEST)
+        # gloo whatever this run's backend: the scratch test checks the options, not a GPU per rank
         run = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "--world-sizes", "1,2,3",
-                              f"{Path(scratch).name}/test_mine.py"], cwd=root, capture_output=True, text=True,
-                             timeout=120)  # fmt: skip
+                              "--backend", "gloo", f"{Path(scratch).name}/test_mine.py"], cwd=root,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
     out = run.stdout + run.stderr
     assert run.returncode == 0 and "2 passed" in out, f"a scratch test did not get the suite's options:\n{out[-3000:]}"
     assert "test_mine[w2] PASSED" in out and "test_mine[w3] PASSED" in out, out[-3000:]
