@@ -309,16 +309,20 @@ def test_tp_mlp_matches_the_dense_mlp_outputs_and_gradients(world_size, bias):
 
 
 @pytest.mark.task4_5
-def test_sequence_parallel_mlp_matches_the_dense_rows(world_size):
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_sequence_parallel_mlp_matches_the_dense_rows(world_size, bias):
     """With sequence parallelism rank r's output and x.grad are rows r of the dense MLP's.
 
     With SP rank r holds rows r of x (dim 0, the sequence): its output and x.grad are rows r of the
-    dense ones, and every parameter's grad (the replicated fc2.bias too) equals its dense slice."""
-    outs, local, y, x_grad, grads = run_mlp(world_size, True)
+    dense ones, and every parameter's grad (the replicated fc2.bias too, when there is one) equals its
+    dense slice. An MLP built with ``bias=False`` has no fc2.bias to add."""
+    outs, local, y, x_grad, grads = run_mlp(world_size, True, bias=bias)
+    shards = {name: dim for name, dim in MLP_SHARDS.items() if bias or "bias" not in name}
     for r, out in enumerate(outs):
-        assert_close(out["y"], local(y, r), what=f"rank {r}, sequence-parallel output (rows {r} of {world_size})")
-        assert_close(out["x_grad"], local(x_grad, r), what=f"rank {r}, gradient of this rank's rows of x")
-        check_shards(out["grads"], grads, MLP_SHARDS, r, world_size, "gradient of")
+        where = f"rank {r}{'' if bias else ', no biases'}"
+        assert_close(out["y"], local(y, r), what=f"{where}, sequence-parallel output (rows {r} of {world_size})")
+        assert_close(out["x_grad"], local(x_grad, r), what=f"{where}, gradient of this rank's rows of x")
+        check_shards(out["grads"], grads, shards, r, world_size, "gradient of")
 
 
 def _check_comm(outs, expected_fwd, expected_bwd, activation_numel: int, what: str) -> None:

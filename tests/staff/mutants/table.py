@@ -584,7 +584,10 @@ MUTANTS = [
         "the sequence-parallel MLP adds fc2's shared bias even when the MLP has no bias",
         old="if self.fc2.bias is not None:",
         new="if True:  # the guard forgotten",
-        caught_by=TP_HIDDEN("::test_sequence_parallel_mlp_without_biases_matches_the_dense_rows[w2]", "rank 0"),
+        caught_by=(
+            TP("::test_sequence_parallel_mlp_matches_the_dense_rows[w2-no-bias]", "rank 0"),
+            TP_HIDDEN("::test_sequence_parallel_mlp_without_biases_matches_the_dense_rows[w2]", "rank 0"),
+        ),
     ),
     Mutant(
         "tensor_parallel_column_split_by_input",
