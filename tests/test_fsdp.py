@@ -24,7 +24,9 @@ from tests.oracles.fsdp import (
     FSDP_LR,
     FSDP_OPTIMIZERS,
     FSDP_STEPS,
+    check_fsdp_groups,
     fsdp_batch,
+    fsdp_group_train_rank,
     fsdp_oracle,
     make_fsdp_model,
 )
@@ -188,6 +190,19 @@ def fsdp_memory_rank(ctx):
         out["gathered"] = (len(forward.refs), len(backward.refs))
         out["largest saved"] = forward.largest_saved
     return out
+
+
+@pytest.mark.task3_3
+@pytest.mark.world_sizes(4)
+def test_fsdp_on_sub_groups_averages_over_its_own_group(world_size):
+    """On a sub-group, FSDP averages every grad (sharded and replicated: biases, LayerNorms) over its group.
+
+    World 4 as two groups of two ranks: each trains like a plain model on the mean of its own ranks' grads
+    (SGD, whose step shows an average taken over the world instead of the group)."""
+    groups = [[0, 1], [2, 3]]
+    check_fsdp_groups(
+        run_ranks(world_size, fsdp_group_train_rank, groups, "deep_mlp", "sgd"), groups, "deep_mlp", "sgd"
+    )
 
 
 @pytest.mark.task3_3

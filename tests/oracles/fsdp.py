@@ -75,3 +75,36 @@ def fsdp_oracle(name: str, world_size: int, opt_name: str, ranks: list[int] | No
             }
         )
     return history
+
+
+def fsdp_group_train_rank(ctx, groups: list[list[int]], name: str, opt_name: str):
+    """FSDP over this rank's group of ``groups`` (every rank makes every group, in order); per step the
+    loss and the gathered full state dict."""
+    fsdp_mod = ctx.load("fsdp")
+    made = [torch.distributed.new_group(g) for g in groups]
+    group = next(pg for pg, g in zip(made, groups) if ctx.rank in g)
+    fsdp = fsdp_mod.FSDP(make_fsdp_model(name).to(ctx.device), group=group)
+    cls, kwargs = FSDP_OPTIMIZERS[opt_name]
+    opt = cls(fsdp.parameters(), **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        x, y = (t.to(ctx.device) for t in fsdp_batch(name, step, ctx.rank))
+        loss = torch.nn.functional.mse_loss(fsdp(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        history.append({"loss": loss.detach(), "state": fsdp.gather_full_params()})
+    return history
+
+
+def check_fsdp_groups(outs, groups: list[list[int]], name: str, opt_name: str) -> None:
+    """Each group trained like a plain model on the mean of its own ranks' grads (``fsdp_oracle``)."""
+    from tests.harness import assert_close
+
+    for members in groups:
+        for step, expected in enumerate(fsdp_oracle(name, len(members), opt_name, ranks=members)):
+            for i, r in enumerate(members):
+                where = f"rank {r} (FSDP group {members}), {name}, step {step}"
+                assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss")
+                for key, value in expected["state"].items():
+                    assert_close(outs[r][step]["state"][key], value, what=f"{where}: {key} after the step")

@@ -571,10 +571,17 @@ MUTANTS = [
         "FSDP averages the replicated parameters' grads (biases, norms) over the world, not its group",
         old="p.grad.div_(dist.get_world_size(self._group))",
         new="p.grad.div_(dist.get_world_size())",
-        caught_by=FSDP_HIDDEN(
-            "::test_two_fsdp_groups_each_train_like_a_plain_model_on_their_own_batches[w4-deep_mlp]",
-            "(FSDP group [0, 1]), deep_mlp, step 0",
-            world_sizes="4",
+        caught_by=(
+            FSDP(
+                "::test_fsdp_on_sub_groups_averages_over_its_own_group[w4]",
+                "(FSDP group [0, 1]), deep_mlp, step 0",
+                world_sizes="4",
+            ),  # fmt: skip
+            FSDP_HIDDEN(
+                "::test_two_fsdp_groups_each_train_like_a_plain_model_on_their_own_batches[w4-deep_mlp]",
+                "(FSDP group [0, 2]), deep_mlp, step 0",
+                world_sizes="4",
+            ),
         ),
     ),
     # -- Part 4: tensor parallelism --------------------------------------------------------------------------
