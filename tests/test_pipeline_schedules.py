@@ -275,6 +275,22 @@ def test_every_schedule_trains_like_one_process_on_the_full_batch(world_size, ru
     assert_matches_oracle(results, oracle_steps("deep", p * v, batches), list(range(p)), f"{_run_id(run)}, m={m}")
 
 
+@pytest.mark.task5_6
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize("checkpoint", [False, True], ids=["keep", "checkpoint"])
+def test_interleaved_chunks_whose_activations_differ_in_width_train_like_one_process(world_size, checkpoint):
+    """Interleaved over 4 chunks whose boundaries carry activations of widths 10, 3 and 7 equals one process.
+
+    Each chunk's incoming activation has its own shape: a rank learns it per chunk, from that chunk's
+    shape header, never from the first one it saw."""
+    p, v = world_size, 2
+    m = 2 * p
+    batches = make_batches("widths", 2 * m, steps=2, seed=11)
+    results = run_ranks(p, chunked_train_rank, ("interleaved", v, checkpoint), m, batches, model_kind="widths")
+    assert_matches_oracle(results, oracle_steps("widths", p * v, batches), list(range(p)),
+                          f"interleaved v={v}, widths model, checkpoint={checkpoint}")  # fmt: skip
+
+
 def input_grad_rank(ctx, schedule, checkpoint, m, x, y):
     """Stage 0's batch requires grad: after one step, its ``.grad`` on rank 0 (None elsewhere)."""
     P = ctx.load("pipeline")

@@ -895,7 +895,10 @@ MUTANTS = [
         " chunk boundaries have the same width, wrong when they differ)",
         old="return torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)",
         new="return torch.empty(*next(iter(step.act_meta.values()))[:1], dtype=step.act_meta[k][1], device=step.device)",  # noqa: E501
-        caught_by=PIPELINE_HIDDEN("keep", "train_rank"),
+        caught_by=(
+            SCHEDULES("differ_in_width and keep", "train_rank", world_sizes="2"),
+            PIPELINE_HIDDEN("keep", "train_rank"),
+        ),
     ),
     Mutant(
         "pipeline_zb_skips_stage0_b",
