@@ -33,6 +33,8 @@ def _run_pytest(args: list[str]) -> tuple[int, str]:
         p.fresh_group = True
     for name in [m for m in sys.modules if m.startswith("tests.") and not m.startswith(KEPT)]:
         del sys.modules[name]  # test modules are imported afresh: no cached result of the last mutant
+    environ = dict(os.environ)  # tests/conftest.py exports each option (CS336_*) for the ranks and reads its
+    # defaults from there: a request's --device-faithful or --p2p-matching must not become the next one's default
     with tempfile.TemporaryFile(mode="w+b") as out:
         saved = os.dup(1), os.dup(2)
         sys.stdout.flush(), sys.stderr.flush()
@@ -43,6 +45,8 @@ def _run_pytest(args: list[str]) -> tuple[int, str]:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             os.close(saved[0]), os.close(saved[1])
+            os.environ.clear()
+            os.environ.update(environ)
         out.seek(0)
         return code, out.read().decode(errors="replace")
 

@@ -1021,8 +1021,8 @@ MUTANTS = [
         "mesh_column_major",
         "mesh",
         "the first axis varies fastest (column-major) instead of the last",
-        old="grid = torch.arange(world).view(*shape.values())",
-        new="grid = torch.arange(world).view(*reversed(shape.values())).permute(*reversed(range(len(shape))))",
+        old='grid = torch.arange(world, device="cpu").view(*shape.values())',
+        new='grid = torch.arange(world, device="cpu").view(*reversed(shape.values())).permute(*reversed(range(len(shape))))',  # noqa: E501
         caught_by=MESH(MESH_SLICES, "expected [0, 2] (row-major)"),
     ),
     Mutant(
