@@ -198,7 +198,7 @@ MUTANTS = [
             ),
             ALGORITHMS_HIDDEN("::test_every_algorithm_at_world_sizes_with_several_extra_ranks", "rank "),
             # the public file at the world sizes its docstring suggests (--world-sizes 3,5,6,7): 6 folds 2 ranks
-            ALGORITHMS(f"{SUMS}[w6-recursive_doubling]", "hung: no answer within", world_sizes="6"),
+            ALGORITHMS(f"{SUMS}[w6-recursive_doubling]", "hung: no answer within", world_sizes="6", deadline=5),
         ),
     ),
     Mutant(
