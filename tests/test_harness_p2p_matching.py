@@ -75,5 +75,6 @@ def test_with_gloos_tag_matching_the_same_program_passes(world_size, monkeypatch
 
 
 def test_sends_and_receives_posted_in_one_order_pass(world_size):
+    """Two ranks that post their messages in the same order pass tag-blind matching, whatever their tags."""
     _skip_unless_gloo()
     assert run_ranks(world_size, in_order_rank)[1] == 3.0 + 10.0

@@ -31,6 +31,7 @@ def _linked() -> dict[str, list[str]]:
 
 
 def test_every_linked_figure_is_drawn_by_the_registry():
+    """Every image a handout links is a file python -m scripts.figures draws (its registry)."""
     linked = _linked()
     assert linked, "no handout links a figure: has the link syntax changed?"
     missing = {name: where for name, where in linked.items() if name not in FIGURES}

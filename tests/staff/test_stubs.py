@@ -44,6 +44,7 @@ def test_committed_stubs_and_api_reference_are_what_the_reference_generates():
 
 
 def test_a_labelled_block_becomes_the_raise_naming_its_handout_section_and_a_plain_block_disappears():
+    """A labelled block becomes the raise naming its handout section; an unlabelled one is left out."""
     stub = stubs.strip_solutions(SOURCE, "sample.py")
     assert 'raise NotImplementedError("Task 2.3 (overlapping DDP): see handouts/02-ddp.md §2.3")' in stub
     assert "return 2 * x" not in stub and "_helper" not in stub and "SOLUTION" not in stub
@@ -61,6 +62,7 @@ def test_a_labelled_block_becomes_the_raise_naming_its_handout_section_and_a_pla
     ids=["unclosed", "end-alone", "nested", "no-handout"],
 )
 def test_markers_that_do_not_pair_up_are_an_error_naming_the_line(source, problem):
+    """Unclosed, lone, nested or handout-less markers are an error naming the file and line."""
     with pytest.raises(stubs.MarkerError, match=problem):
         stubs.strip_solutions(source, "sample.py")
 
