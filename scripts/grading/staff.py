@@ -43,6 +43,10 @@ STAFF_ONLY = (
     StaffPath("scripts/main.sh", "tool", grading=False),
     StaffPath(".ci/", "tool", grading=False),
     StaffPath("handouts/grading.md", "docs", grading=False),
+    # The answer key to the written problems: its sources (they import the reference) and the generated
+    # markdown. Never on the grading machine either: a submission runs there and could print it.
+    StaffPath("scripts/grading/answer_key/", "answer key", grading=False),
+    StaffPath("handouts/answer-key/", "answer key", grading=False),
 )
 STAFF_TESTS = "tests/staff/"  # every staff test lives below this folder, in one of the kinds above
 
