@@ -58,6 +58,10 @@ __all__ = [
     "context_parallel_activation_memory_per_layer",
     "ring_attention_bytes_per_rank",
     "ring_attention_min_block_tokens",
+    "checkpoint_bytes_per_rank",
+    "checkpoint_interval",
+    "checkpoint_goodput",
+    "async_checkpoint_interval",
 ]
 
 
@@ -76,6 +80,14 @@ def _count(value, name: str, *, minimum: float = 0, integer: bool = False):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     if not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+    return value
+
+
+def _positive(value, name: str):
+    """``value`` if it is a finite real number > 0, else raise naming ``name``."""
+    value = _count(value, name)
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
     return value
 
 
@@ -829,4 +841,111 @@ def ring_attention_min_block_tokens(heads, kv_heads, flops_per_second, bytes_per
         if value <= 0:
             raise ValueError(f"{name} must be > 0, got {value}")
     return (g / a) * e * f / (2 * w) * (2 if causal else 1)
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 10.7: failures in numbers (handouts/10-failures.md §10.7)
+# What a checkpoint costs each rank, how often to take one (Young-Daly), the fraction of time that still
+# trains when ranks fail (goodput), and what asynchronous saving changes.
+# ---------------------------------------------------------------------------------------------
+
+
+def checkpoint_bytes_per_rank(
+    num_params, world_size, zero_stage, *, param_bytes=2, optimizer_bytes=12, balance_replicated=False
+) -> float:
+    """Bytes the busiest of ``world_size`` data-parallel ranks writes for one checkpoint under ZeRO ``zero_stage``.
+
+    A checkpoint holds the parameters and the optimizer state (not the gradients): P * (p + o) bytes in
+    all, with P = num_params and (p, o) the bytes per parameter. A sharded tensor is written by the rank
+    that holds the shard; a replicated tensor (every rank has it) is written once: by rank 0 alone, or,
+    with ``balance_replicated``, in equal slices by every rank (torch.distributed.checkpoint spreads
+    replicated items over the ranks this way). The busiest rank sets the save time:
+        stage 0 (DDP)       P * (p + o)              (rank 0 writes everything)
+        stage 1, 2          P * p + P * o / N        (rank 0: the parameters and its optimizer shard)
+        stage 3 (FSDP)      P * (p + o) / N
+    and P * (p + o) / N at every stage with ``balance_replicated``.
+    Example: P = 70e9, N = 1024, p = 2, o = 12: 980 GB in all; 980e9 at stage 0, 140.8e9 at stage 1,
+    0.957e9 at stage 3.
+
+    Raises ``ValueError`` for a ``zero_stage`` outside 0-3, ``world_size < 1`` or a negative count, and
+    ``TypeError`` for a non-integer ``zero_stage`` or world size or a non-bool ``balance_replicated``,
+    naming the argument.
+    """
+    # BEGIN SOLUTION: Task 10.7 (failure accounting)
+    num_params = _count(num_params, "num_params")
+    world_size = _count(world_size, "world_size", minimum=1, integer=True)
+    zero_stage = _count(zero_stage, "zero_stage", integer=True)
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (the ZeRO stages), got {zero_stage}")
+    if not isinstance(balance_replicated, bool):
+        raise TypeError(f"balance_replicated must be a bool, got {type(balance_replicated).__name__}")
+    p = _count(param_bytes, "param_bytes")
+    o = _count(optimizer_bytes, "optimizer_bytes")
+    # What is replicated on every rank at this stage (gradients are never saved).
+    replicated = {0: p + o, 1: p, 2: p, 3: 0}[zero_stage]
+    sharded = p + o - replicated
+    if balance_replicated:
+        replicated /= world_size
+    return float(num_params * replicated + num_params * sharded / world_size)
+    # END SOLUTION
+
+
+def checkpoint_interval(save_seconds, mtbf_seconds) -> float:
+    """The Young-Daly checkpoint interval: seconds of training between two saves, sqrt(2 * C * M).
+
+    C = ``save_seconds``, the time a save stops training; M = ``mtbf_seconds``, the mean time between
+    failures of the whole job (one GPU's MTBF divided by the number of GPUs). It minimises the first-order
+    waste of ``checkpoint_goodput``: C / tau (saving) + tau / (2 M) (work lost since the last save).
+    Example: C = 60 s, M = 11_135 s (Llama 3 405B: 419 unexpected interruptions in 54 days):
+    1156 s, about 19 minutes.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for a time that is not > 0, naming the argument.
+    """
+    # BEGIN SOLUTION: Task 10.7 (failure accounting)
+    c = _positive(save_seconds, "save_seconds")
+    m = _positive(mtbf_seconds, "mtbf_seconds")
+    return math.sqrt(2 * c * m)
+    # END SOLUTION
+
+
+def checkpoint_goodput(interval_seconds, save_seconds, restart_seconds, mtbf_seconds, *, write_seconds=0.0) -> float:
+    """Expected fraction of wall-clock time spent on training that is kept (first order in 1 / M).
+
+    Every ``interval_seconds`` (tau) of training the job stops for C = ``save_seconds``; a failure, on
+    average every M = ``mtbf_seconds``, costs the restart R = ``restart_seconds`` plus the work since the
+    newest complete checkpoint: tau / 2 on average, plus W = ``write_seconds`` when saves are asynchronous
+    (the newest checkpoint lags the training by the background write; C is then only the staging time):
+        goodput = 1 - C / tau - (R + tau / 2 + W) / M,       clamped at 0.
+    Example: tau = 1156 s, C = 60 s, R = 600 s, M = 11_135 s: 0.842; asynchronous with C = 5 s, W = 60 s
+    and tau = 334 s: 0.911.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for ``interval_seconds`` or ``mtbf_seconds``
+    not > 0 or a negative cost, naming the argument.
+    """
+    # BEGIN SOLUTION: Task 10.7 (failure accounting)
+    tau = _positive(interval_seconds, "interval_seconds")
+    c = _count(save_seconds, "save_seconds")
+    r = _count(restart_seconds, "restart_seconds")
+    m = _positive(mtbf_seconds, "mtbf_seconds")
+    w = _count(write_seconds, "write_seconds")
+    return max(0.0, 1 - c / tau - (r + tau / 2 + w) / m)
+    # END SOLUTION
+
+
+def async_checkpoint_interval(stage_seconds, write_seconds, mtbf_seconds) -> float:
+    """The best interval when saves are asynchronous: max(sqrt(2 * S * M), W).
+
+    Training stops only for the staging copy, S = ``stage_seconds``, so Young-Daly with S in place of the
+    full save time; but a save cannot start before the previous one is written (W = ``write_seconds``,
+    the background write), so the interval is at least W. Example: S = 5 s, W = 60 s, M = 11_135 s: 334 s.
+
+    Raises ``TypeError`` for a non-number and ``ValueError`` for ``stage_seconds`` or ``mtbf_seconds`` not
+    > 0 or a negative ``write_seconds``, naming the argument.
+    """
+    # BEGIN SOLUTION: Task 10.7 (failure accounting)
+    s = _positive(stage_seconds, "stage_seconds")
+    w = _count(write_seconds, "write_seconds")
+    m = _positive(mtbf_seconds, "mtbf_seconds")
+    return max(math.sqrt(2 * s * m), w)
     # END SOLUTION

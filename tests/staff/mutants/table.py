@@ -91,6 +91,7 @@ EP_HIDDEN = partial(Check, "tests/staff/hidden/test_expert_parallel_hidden.py", 
 CP = partial(Check, "tests/test_context_parallel.py", deadline=15, names=RANK)
 CP_HIDDEN = partial(Check, "tests/staff/hidden/test_context_parallel_hidden.py", deadline=15, names=RANK)
 CP_ACCOUNTING = partial(Check, "tests/test_context_parallel_accounting.py", deadline=15)
+FAILURE_ACCOUNTING = partial(Check, "tests/test_checkpoint_accounting.py", deadline=15)
 
 # Recurring selections.
 SUMS = "::test_every_algorithm_sums_exactly_in_place"
@@ -1500,6 +1501,47 @@ MUTANTS = [
             ),
             CP_HIDDEN("::test_two_rings_on_sub_groups_keep_to_their_group", "is not part of group"),
         ),
+    ),
+    # -- failure accounting (§10.7) --
+    Mutant(
+        "accounting_checkpoint_saves_gradients",
+        "accounting",
+        "the checkpoint counts the gradients too (a checkpoint holds parameters and optimizer state only)",
+        old="replicated = {0: p + o, 1: p, 2: p, 3: 0}[zero_stage]",
+        new="replicated = {0: p + o + 2, 1: p + 2, 2: p, 3: 0}[zero_stage]",
+        caught_by=FAILURE_ACCOUNTING("llama3_examples", "checkpoint bytes of the busiest rank"),
+    ),
+    Mutant(
+        "accounting_checkpoint_every_replica_writes",
+        "accounting",
+        "replicated tensors written in equal slices even when rank 0 alone writes them (balance ignored)",
+        old="    if balance_replicated:\n        replicated /= world_size",
+        new="    replicated /= world_size",
+        caught_by=FAILURE_ACCOUNTING("llama3_examples", "stage 0"),
+    ),
+    Mutant(
+        "accounting_young_daly_without_the_two",
+        "accounting",
+        "the Young-Daly interval as sqrt(C * M): the factor 2 of the tau / (2 M) lost work forgotten",
+        old="return math.sqrt(2 * c * m)",
+        new="return math.sqrt(c * m)",
+        caught_by=FAILURE_ACCOUNTING("goodput_peaks", "goodput peaks at"),
+    ),
+    Mutant(
+        "accounting_goodput_loses_a_whole_interval",
+        "accounting",
+        "a failure loses the whole interval since the last save, not half of it on average",
+        old="return max(0.0, 1 - c / tau - (r + tau / 2 + w) / m)",
+        new="return max(0.0, 1 - c / tau - (r + tau + w) / m)",
+        caught_by=FAILURE_ACCOUNTING("llama3_examples", "goodput of synchronous saves"),
+    ),
+    Mutant(
+        "accounting_async_interval_below_the_write",
+        "accounting",
+        "the asynchronous interval ignores that the next save waits for the previous write",
+        old="return max(math.sqrt(2 * s * m), w)",
+        new="return math.sqrt(2 * s * m)",
+        caught_by=FAILURE_ACCOUNTING("goodput_peaks", "async interval when the write"),
     ),
 ]
 
