@@ -1,0 +1,158 @@
+"""Answer key, Part 3 (handouts/03-zero.md: §3.4 Benchmark, Written problems). Numbers from accounting."""
+
+from __future__ import annotations
+
+from reference_solutions import accounting as acc
+from scripts.grading.answer_key import Problem, Section, num, seconds
+
+GB = 1e9
+PSI, N = 7.5e9, 64
+STAGES = [acc.zero_memory_per_rank(PSI, N, k) / GB for k in range(4)]
+STAGE1_N = next(n for n in range(1, 10_000) if acc.zero_memory_per_rank(PSI, n, 1) <= 32 * GB)
+FLOOR2 = acc.zero_memory_per_rank(PSI, 10**9, 2) / GB  # stage 2 as N -> infinity: the fp16 parameters, 2 PSI
+
+P70, BUDGET = 70e9, 80 * GB * (1 - 0.3)
+ON8 = [acc.zero_memory_per_rank(P70, 8, k) / GB for k in range(4)]
+STAGE3_N = next(n for n in range(1, 10_000) if acc.zero_memory_per_rank(P70, n, 3) <= BUDGET)
+
+LINK = 100 * GB
+DDP_BYTES = acc.ring_all_reduce_bytes_per_rank(2 * PSI, N)
+Z3_BYTES = 1.5 * DDP_BYTES
+TOKENS_TO_HIDE = Z3_BYTES / LINK * 0.5 * 989e12 / (6 * PSI)  # tokens/GPU whose 6ND at 50% MFU last as long
+
+
+def _saving(p, g, o):
+    full = acc.training_memory_bytes(1e9, param_bytes=p, grad_bytes=g, optimizer_bytes=o)
+    return 1 - acc.zero_memory_per_rank(1e9, 10**9, 1, param_bytes=p, grad_bytes=g, optimizer_bytes=o) / full
+
+
+FP32, MIXED = _saving(4, 4, 8), _saving(2, 2, 12)
+
+SECTIONS = (
+    Section(
+        part=3,
+        heading="3.4 Benchmark",
+        problems=(
+            Problem(
+                "a",
+                "Measured bytes vs the formula",
+                1,
+                """The benchmark's formula counts every parameter sharded exactly 1/N with 4 + 4 + 8 bytes (fp32
+weights, grads, Adam m and v). Stages 1-2 land on it up to the ownership imbalance: whole parameters are owned
+(greedy by size), so a rank holds P/N ± one parameter's state, and at N = 4 a model with few big matrices is
+visibly uneven. FSDP sits *above* the formula by: the parameters it leaves replicated (biases and layer norms:
+only the big weights are sharded; their bytes and their optimizer state exist on every rank), and the padding
+(each weight padded to a multiple of N elements: at most N − 1 elements per weight, negligible here). During
+forward/backward a gathered layer adds one full weight at a time (the peak, not in the after-step table).""",
+                expect=(
+                    "Reference on a 2-core VM (gloo, DeepMLP defaults): stages 1 and 2 within a few % of the "
+                    "formula at N = 2 and 4, stage 2's grads about 1/N of unsharded; FSDP's parameters 1/N plus "
+                    "the replicated biases/norms (a few %); torch's fully_shard within ~10% of the student's.",
+                    "Signs of a wrong implementation: optimizer bytes not falling with N (state built for every "
+                    "parameter), stage 2 still holding full gradients (grads not set to None on non-owners), "
+                    "FSDP parameter bytes equal to unsharded (full weights kept after forward).",
+                ),
+                rubric=(
+                    (0.5, "names the replicated (unsharded) parameters and the ownership/padding granularity"),
+                    (0.5, "tables and both plots included, numbers read against the formula line"),
+                ),
+                wrong=("'The formula is approximate' with no source of the difference: 0 of 0.5.",),
+            ),
+            Problem(
+                "b",
+                "Why stage 2 can be faster than stage 1",
+                1,
+                """Stage 1 here relies on the caller: one `all_reduce` per gradient (the benchmark all-reduces
+each `p.grad`), then the optimizer's all-gather of updated parameters. Stage 2 replaces the per-parameter
+all-reduces with a few bucketed `reduce_scatter_tensor` calls (one per bucket of owners' slots), then the same
+all-gather. The bytes are the same (reduce-scatter + all-gather = a ring all-reduce), but stage 2 launches far
+fewer collectives, so it pays α far fewer times, and each rank updates only its own gradients.""",
+                expect=(
+                    "Reference on a 2-core VM: stage 2 about as fast as or faster than stage 1 (0.8-1.05×), both "
+                    "within ~1.5× of ZeroRedundancyOptimizer's step time.",
+                    "Sign of a wrong implementation: stage 2 much slower than stage 1 (one reduce-scatter per "
+                    "parameter, or a full all-reduce followed by discarding).",
+                ),
+                rubric=(
+                    (0.5, "counts the collectives: per-parameter all-reduce vs few reduce-scatters"),
+                    (0.5, "same bytes, fewer launches (latency α) as the reason"),
+                ),
+                wrong=("'Stage 2 sends fewer bytes': wrong, the bytes are equal. 0 of 0.5.",),
+            ),
+        ),
+    ),
+    Section(
+        part=3,
+        heading="Written problems",
+        problems=(
+            Problem(
+                "1",
+                "The stage table for 7.5B on 64 GPUs",
+                1,
+                f"""`zero_memory_per_rank(7.5e9, 64, k)` for k = 0..3: **{", ".join(f"{x:.1f}" for x in STAGES)} GB**
+(16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N). Stage 1 fits 32 GB once 4Ψ + 12Ψ/N ≤ 32e9, i.e. 90e9/N ≤ 2e9:
+**N ≥ {STAGE1_N}**. Stage 2 keeps every fp16 parameter on every rank (only optimizer state and gradients are
+sharded), so it never drops below 2Ψ = **{FLOOR2:.0f} GB** however large N.""",
+                rubric=(
+                    (0.5, f"the four numbers (±0.1 GB): {', '.join(f'{x:.1f}' for x in STAGES)}"),
+                    (0.25, f"N = {STAGE1_N} (or 'N ≥ 45') with the inequality"),
+                    (0.25, "2Ψ floor: parameters are replicated in stage 2"),
+                ),
+                wrong=(f"N = 47 or 48 from rounding 31.4 GB: −0.25 if the inequality is not shown ({STAGE1_N}).",),
+            ),
+            Problem(
+                "2",
+                "70B on 8 × 80 GB",
+                1,
+                f"""56 GB per GPU for model states (30% reserved). Stages 0-3 need
+**{", ".join(f"{x:.0f}" for x in ON8)} GB** per GPU on 8 GPUs: **none fits**. Stage 3 needs 16 · 70e9 / N ≤ 56e9:
+**N ≥ {STAGE3_N} GPUs** (in practice 24 or 32: three or four nodes).""",
+                rubric=(
+                    (0.5, f"the four per-GPU numbers ({', '.join(f'{x:.0f}' for x in ON8)} GB) and 'none fits'"),
+                    (0.5, f"stage 3 needs {STAGE3_N} GPUs"),
+                ),
+                wrong=("Using all 80 GB (forgetting the 30% reserve): N = 14 for stage 3; −0.5.",),
+            ),
+            Problem(
+                "3",
+                "Stage 3's communication",
+                1,
+                f"""DDP: `ring_all_reduce_bytes_per_rank(2 · 7.5e9, 64)` = **{num(DDP_BYTES / GB)} GB** per GPU, at
+100 GB/s **{seconds(DDP_BYTES / LINK)}**. Stage 3: 1.5× = **{num(Z3_BYTES / GB)} GB**,
+**{seconds(Z3_BYTES / LINK)}** (an all-gather in forward, one in backward, a reduce-scatter: 3 × (N − 1)/N ·
+2Ψ). The extra {seconds((Z3_BYTES - DDP_BYTES) / LINK)} hides only if the step's compute lasts at least as long
+as all of stage 3's traffic, **≥ {seconds(Z3_BYTES / LINK)}** of compute per step (the gathers are prefetched
+behind the previous layer); e.g. at 989 TFLOP/s and 50% MFU that is 6·Ψ·tokens ≥ that time:
+≈ {num(TOKENS_TO_HIDE)} tokens per GPU per step.""",
+                rubric=(
+                    (
+                        0.5,
+                        f"{num(DDP_BYTES / GB)} GB / {seconds(DDP_BYTES / LINK)} and {num(Z3_BYTES / GB)} GB / "
+                        f"{seconds(Z3_BYTES / LINK)} (±5%)",
+                    ),
+                    (
+                        0.5,
+                        "compute per step ≥ stage 3's communication time (or the extra, with a reason), in "
+                        "seconds or tokens",
+                    ),
+                ),  # fmt: skip
+                wrong=("Using 4-byte gradients: doubles everything; −0.25.",),
+            ),
+            Problem(
+                "4",
+                "Stage 1 saving: fp32 vs mixed precision",
+                1,
+                f"""Stage 1 shards the optimizer state only. Pure fp32 Adam: 8 of 16 bytes per parameter are
+optimizer state, so as N → ∞ it saves **{FP32:.0%}**. Mixed precision: the optimizer state is 12 of 16 bytes
+(fp32 master weights + m + v), so it saves **{MIXED:.0%}**. The difference: mixed precision moves the fp32
+master copy of the weights into the optimizer state, which stage 1 shards; in pure fp32 the weights
+themselves are the master copy and stay replicated.""",
+                rubric=(
+                    (0.5, f"{FP32:.0%} and {MIXED:.0%}"),
+                    (0.5, "the master weights live in the optimizer state under mixed precision"),
+                ),
+                wrong=("Comparing absolute bytes instead of fractions: 0.5 if both fractions follow.",),
+            ),
+        ),
+    ),
+)
