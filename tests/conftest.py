@@ -18,6 +18,7 @@ import pytest
 
 from tests.harness import defaults
 from tests.harness.config import CONFIG
+from tests.harness.run import gpu_shortfall
 
 _DEVICE_FAITHFUL_AT_START = defaults.env_device_faithful()  # the environment's, before any session sets it
 
@@ -29,11 +30,12 @@ TASKS = {
     2: 4,  # DDP: naive, flat, per-parameter overlap, bucketed
     3: 3,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp)
     4: 5,  # TP: conjugate functions, column, row, MLP, sequence parallel
-    5: 6,  # pipeline: stages, schedules, train_step, interleaved 1F1B, ZB-H1, activation checkpointing
+    5: 8,  # pipeline: stages, schedules, train_step, interleaved 1F1B, ZB-H1, checkpointing, ZB-V, DualPipeV
     6: 4,  # accounting: memory, communication and bubbles, FLOPs and MFU, activations
     7: 5,  # mesh: ProcessMesh, HSDP, composed training, placement and planning, pick-the-scheme
     8: 4,  # expert parallelism: all_to_all_tokens, ExpertParallelMoE, EP x DP gradients, accounting
     9: 4,  # context parallelism: shard/unshard, ring attention forward, backward, accounting
+    10: 7,  # failures: sharded save, resharding load, exact resume, async save, restart, live recovery, accounting
 }
 
 
@@ -103,13 +105,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         sizes = [w for w in sizes if w in marker.args]
     params = []
     for w in sizes:
-        marks = []
-        if CONFIG.backend == "nccl":
-            import torch
-
-            if w > torch.cuda.device_count():
-                marks.append(pytest.mark.skip(reason=f"world size {w} needs {w} GPUs, "
-                                              f"{torch.cuda.device_count()} visible"))  # fmt: skip
+        shortfall = gpu_shortfall(w) if CONFIG.backend == "nccl" else None
+        marks = [pytest.mark.skip(reason=shortfall)] if shortfall else []
         params.append(pytest.param(w, id=f"w{w}", marks=marks))
     if not params:
         params = [pytest.param(0, marks=pytest.mark.skip(reason="no chosen world size suits this test"))]

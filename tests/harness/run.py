@@ -23,11 +23,21 @@ def run_ranks(world_size: int, fn, *args, deadline: float | None = None, impl: s
     return pool.run(fn, args, kwargs, impl=resolve_impl(impl or CONFIG.impl), deadline=deadline or CONFIG.deadline)
 
 
-def _skip_without_a_gpu_per_rank(world_size: int) -> None:
-    """NCCL puts rank r on cuda:r and refuses two ranks on one GPU: a test that asks for more ranks than the
-    node has GPUs (a fixed-size test, not one parametrized by --world-sizes) is skipped, saying why."""
+def gpu_shortfall(world_size: int) -> str | None:
+    """Why ``world_size`` ranks cannot run on NCCL here, or None: NCCL puts rank r on cuda:r and refuses two
+    ranks on one GPU, so a world size above the node's GPU count is skipped, saying why (the parametrized
+    world sizes in tests/conftest.py, and fixed-size tests through ``run_ranks``)."""
     import torch
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if world_size > have:
-        pytest.skip(f"needs {world_size} GPUs on nccl (one per rank), {have} visible")
+    return (
+        f"world size {world_size} needs {world_size} GPUs on nccl (one per rank), {have} visible"
+        if world_size > have
+        else None
+    )
+
+
+def _skip_without_a_gpu_per_rank(world_size: int) -> None:
+    reason = gpu_shortfall(world_size)
+    if reason:
+        pytest.skip(reason)
