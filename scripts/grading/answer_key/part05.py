@@ -1,0 +1,180 @@
+"""Answer key, Part 5 (handouts/05-pipeline.md, "Measure it"). Numbers from accounting.
+
+When the handout's section is renumbered (5.7 -> 5.9), change ``heading`` here with the rubric's.
+"""
+
+from __future__ import annotations
+
+from reference_solutions import accounting as acc
+from scripts.grading.answer_key import Problem, Section, num
+
+P, M = 4, 8  # the example used below (the benchmark's p = 4 rows)
+GPIPE = acc.schedule_bubble_fraction("gpipe", P, M)
+ONE_F = acc.schedule_bubble_fraction("1f1b", P, M)
+ZB = acc.schedule_bubble_fraction("zb-h1", P, M)
+PEAK_1F1B = [acc.schedule_peak_activations("1f1b", P, M, s) for s in range(P)]
+PEAK_ZB = [acc.schedule_peak_activations("zb-h1", P, M, s) for s in range(P)]
+
+M16 = next(m for m in range(1, 10_000) if acc.pipeline_bubble_fraction(16, m) < 0.1)
+
+# 8. Choosing v: p = 8, m = 16, forward 40 ms (backward 2x), 1 ms per message exchange, 2 v m exchanges per stage.
+P8, M8, FWD, MSG = 8, 16, 40.0, 1.0
+
+
+def step_ms(v: int) -> float:
+    return M8 * 3 * FWD / (1 - acc.pipeline_bubble_fraction(P8, M8, v)) + 2 * v * M8 * MSG
+
+
+def peak_stages(v: int) -> float:
+    """Stage 0's peak in stages' worth of one microbatch's activations (a chunk's is 1/v of a stage's)."""
+    return acc.schedule_peak_activations("interleaved" if v > 1 else "1f1b", P8, M8, 0, v) / v
+
+
+V_ROWS = [(v, acc.pipeline_bubble_fraction(P8, M8, v), step_ms(v), peak_stages(v)) for v in (1, 2, 4, 8)]
+BEST_V = min(V_ROWS, key=lambda r: r[2])[0]
+
+# 9. Where checkpointing pays: 1F1B stage 0 of p = 8 (holds min(p, m) = 8 microbatches), 4 layers per stage.
+HELD = acc.schedule_peak_activations("1f1b", 8, 16, 0)
+NO_CKPT = acc.pipeline_activation_bytes(HELD, 4 * 34, 2)
+CKPT = acc.pipeline_activation_bytes(HELD, 4 * 34, 2, checkpoint=True)
+
+
+def _half(what: str) -> tuple:
+    return ((0.5, what),)
+
+
+SECTIONS = (
+    Section(
+        part=5,
+        heading="5.7 Measure it",
+        problems=(
+            Problem(
+                "1",
+                "The GPipe bubble",
+                0.5,
+                f"""With a backward of 2F (B + W): stage s idles s·F at the start (waiting for the first
+microbatch), 3(p − 1 − s)·F between its last forward and its first backward (the last stage's backward runs
+first), and 2s·F at the end (its backwards are done while later stages still drain): 3(p − 1)·F per stage
+whatever s, out of a step of 3(m + p − 1)·F: (p − 1)/(m + p − 1); p = {P}, m = {M}: {GPIPE:.4f}
+(`schedule_bubble_fraction("gpipe", {P}, {M})`).""",
+                rubric=_half("the idle triangles located per stage, total 3(p − 1)F of 3(m + p − 1)F"),
+            ),
+            Problem(
+                "2",
+                "1F1B's warm-up and memory",
+                0.5,
+                f"""Stage s runs min(p − s, m) forwards before its first backward: stage 0 **{min(P, M)}**, stage 3
+**{min(1, M)}** (p = {P}). It holds at most min(p − s, m) microbatches' activations: {PEAK_1F1B} for stages
+0..3, against GPipe's m = {M} on every stage.""",
+                rubric=_half(f"{min(P, M)} and 1 forwards; peak min(p − s, m) vs GPipe's m"),
+            ),
+            Problem(
+                "3",
+                "Why 1F1B does not shrink the bubble",
+                0.5,
+                """The fill and drain are the same: every stage still waits (p − 1) forward+backward times in total
+for the first activation to arrive and the last gradient to come back; 1F1B only reorders the work in between,
+so both charts last (m + p − 1)(F + B + W). What it buys is memory: a microbatch's activations are freed after
+its backward, which starts as soon as possible, so a stage holds min(p − s, m) instead of m.""",
+                rubric=_half("same fill/drain (p − 1) units; the gain is peak activations, not time"),
+            ),
+            Problem(
+                "4",
+                "Why the measured bubble is above the formula",
+                0.5,
+                """Every microbatch crosses every stage boundary twice (activation forward, gradient backward), and
+each crossing costs a message's latency plus the Python around it; a stage that needs its neighbour's output
+waits that long each time, 2m times per step, so the extra idle grows with m while the formula's (p − 1)
+units do not. In the chart: thin gaps before each F or B of a stage that had to wait for a neighbour's message.""",
+                expect=(
+                    "Reference on the 2-core VM (F = B = W = 25 ms): every cell within 2.3 points of "
+                    "`schedule_bubble_fraction`, most within 1, measured above the formula by 0.5-2 points and "
+                    "more for larger m.",
+                    "Signs of a wrong implementation: a measured bubble far above the formula at m ≥ 8 (> 5 "
+                    "points: blocking sends serialising the stages), or below it (a stage skipping work).",
+                ),
+                rubric=_half("message latency per boundary crossing, 2m waits per step, grows with m"),
+            ),
+            Problem(
+                "5",
+                "16 stages",
+                0.5,
+                f"""(p − 1)/(m + p − 1) < 0.1 with p = 16: m + 15 > 150, **m = {M16}**. GPipe then holds all
+{M16} microbatches' activations on every stage (memory ∝ m, {M16 / 16:.1f}× 1F1B's stage 0); 1F1B holds at most
+p = 16 on stage 0 (and p − s on stage s), independent of m.""",
+                rubric=_half(f"m = {M16}; GPipe ∝ m ({M16}), 1F1B ≤ p = 16"),
+            ),
+            Problem(
+                "6",
+                "ZB-H1 against 1F1B",
+                0.5,
+                f"""Where 1F1B idles in its cool-down (and where a stage waits for a gradient in the steady state),
+ZB-H1 runs a deferred W (weight-gradient half), which depends on no neighbour. Measured bubble below 1F1B's at
+the same m: formula {ZB:.4f} against {ONE_F:.4f} at p = {P}, m = {M} with F = B = W (ZB-H1 idles (p − 1) units
+against 1F1B's 3(p − 1)). Peak activations: ZB-H1 {PEAK_ZB}, 1F1B {PEAK_1F1B}: the same on stage 0 (1F1B's
+peak), more on later stages (a W holds its microbatch's activations until it runs).""",
+                expect=(
+                    "Reference: ZB-H1's measured bubble about a third to a half of 1F1B's at every m ≥ p, within 2 "
+                    "points of the formula.",
+                    "Sign of a wrong implementation: ZB-H1's bubble at or above 1F1B's (W not deferred to fill the "
+                    "gaps, or B and W run back to back), or peak activations above p on stage 0.",
+                ),
+                rubric=_half("W fills the cool-down gaps; measured below 1F1B; same stage-0 peak, more elsewhere"),
+            ),
+            Problem(
+                "7",
+                "Interleaved v = 4 with split chunk time",
+                0.5,
+                """With `--chunk-time split` a chunk's forward is F/v (6.25 ms at v = 4) while the messages per
+step grow v-fold (each microbatch crosses v·p − 1 chunk boundaries forward and as many backward, 2vm exchanges
+per stage). The per-message latency (~0.5-1 ms on gloo with Python) is no longer small against a 6 ms chunk, so
+the waits the formula ignores grow as v while the bubble it predicts shrinks as 1/v: v = 4 lands furthest
+above its formula.""",
+                rubric=_half("messages ∝ v, chunk compute ∝ 1/v: latency no longer negligible"),
+            ),
+            Problem(
+                "8",
+                "Choosing v",
+                0.5,
+                "Model (backward = 2 × forward): step = m(F + B)/(1 − bubble) + 2vm · 1 ms, bubble = (p − 1)/(vm + "
+                "p − 1), p = 8, m = 16, F = 40 ms. "
+                + "; ".join(
+                    f"v = {v}: bubble {b:.3f}, step {num(t)} ms, stage 0 peak {pk:.2f} stages' worth"
+                    for v, b, t, pk in V_ROWS
+                )  # fmt: skip
+                + f". Pick **v = {BEST_V}**: beyond it the messages cost more than the bubble saves. v raises stage "
+                "0's peak activations (in units of a stage's microbatch activations) above 1F1B's p: more "
+                "microbatches are in flight during the longer warm-up.",
+                rubric=_half(
+                    f"the four step times (any consistent B assumption), v = {BEST_V} (or 4-8 with the "
+                    "model), peak activations grow with v"
+                ),  # fmt: skip
+            ),
+            Problem(
+                "9",
+                "Where checkpointing pays",
+                0.5,
+                f"""Stage 0 of 1F1B with p = 8 (m ≥ 8) holds {HELD} microbatches; 4 layers save 4·34 = 136·sbh and the
+stage input is 2·sbh. `pipeline_activation_bytes({HELD}, 136, 2)` = **{num(NO_CKPT)}·sbh** without checkpointing,
+`…, checkpoint=True)` = {HELD}·2 + 136 = **{num(CKPT)}·sbh** with ({NO_CKPT / CKPT:.1f}× less). It pays when
+the memory freed lets the microbatch size or m grow enough (or a smaller pp / TP degree, or a model that
+otherwise does not fit) that the gain in throughput exceeds the recompute's cost: 8ND instead of 6ND, i.e. MFU
+= 3/4 HFU, 33% more compute. Early stages gain most (stage s holds p − s microbatches: stage 0 p, the last 1),
+so checkpoint only the first stages, where activations peak.""",
+                rubric=_half(f"{num(NO_CKPT)}·sbh and {num(CKPT)}·sbh; early stages hold the most, checkpoint those"),
+            ),
+            Problem(
+                "10",
+                "DualPipe",
+                0.5,
+                """Drawing for p = 4: direction A's microbatches enter at rank 0 (chunks 0→3 on ranks 0..3),
+direction B's at rank 3 (its chunk r on rank 3 − r); in the first steps rank 0 runs A's forwards while rank 3
+runs B's, and each rank's idle start in one direction is filled with the other direction's work (the warm-up of
+one overlaps the other's), likewise at the end. Cost: each rank holds two chunks (r of A and p − 1 − r of B), 2×
+the parameters (and their gradients/optimizer state) of a plain stage; activations: a rank holds microbatches of
+both directions, about p + 1 in flight instead of p − s, more balanced across ranks.""",
+                rubric=_half("both directions fill each other's fill/drain; 2× parameters per rank, more activations"),
+            ),
+        ),
+    ),
+)

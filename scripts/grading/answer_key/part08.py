@@ -1,0 +1,108 @@
+"""Answer key, Part 8 (handouts/08-expert-parallel.md, Written problems). Numbers from accounting."""
+
+from __future__ import annotations
+
+from reference_solutions import accounting as acc
+from scripts.grading.answer_key import Problem, Section, num
+
+# 1. Zipf(1) routing over E = 64 experts; capacity = factor x the mean load; dropped = the load above capacity.
+E = 64
+ZIPF = [1 / i for i in range(1, E + 1)]
+ZIPF = [z / sum(ZIPF) for z in ZIPF]
+
+
+def dropped(factor: float) -> float:
+    return sum(max(0.0, share - factor / E) for share in ZIPF)
+
+
+DROPS = {f: dropped(f) for f in (1.0, 1.25, 2.0)}
+
+# 4. Mixtral 8x22B experts (d = 6144, d_ff = 16384, E = 8, k = 2), 4096 tokens per rank, 8 ranks, bf16.
+D, DFF, NE, K, TOK, W = 6144, 16384, 8, 2, 4096, 8
+EP_BYTES = acc.moe_all_to_all_bytes(TOK, D, K, W)
+TP_ONE = 2 * acc.ring_all_reduce_bytes_per_rank(2 * TOK * D, W)  # one all-reduce per pass (g forward, f backward)
+TP_TWO = 2 * TP_ONE  # the handout's count: two per pass
+EXPERT_BYTES = acc.expert_parameter_bytes_per_rank(D, DFF, NE, W)
+
+SECTIONS = (
+    Section(
+        part=8,
+        heading="Written problems",
+        problems=(
+            Problem(
+                "1",
+                "Capacity factor vs dropped tokens",
+                1,
+                f"""Expert i gets a share p_i ∝ 1/i of the assignments; capacity = factor × (mean load, 1/E of them);
+an expert drops what exceeds it: dropped = Σ max(0, p_i − factor/E). Zipf(1), E = 64: factor 1.0 drops
+**{DROPS[1.0]:.1%}**, 1.25 **{DROPS[1.25]:.1%}**, 2.0 **{DROPS[2.0]:.1%}** of assignments (the head experts
+get up to {ZIPF[0] * E:.1f}× the mean). A dropped assignment loses that expert's output: with k = 2 the token keeps
+its other expert (or, dropped twice, only the residual path): its MLP update is missing and its gradient does not
+train that expert. A larger factor costs expert buffers of factor × T·k/E rows (memory), all-to-all bytes when
+buffers are padded to capacity, and padded compute on GPUs (fixed-size batched matmuls). Dropless MoEs
+(MegaBlocks) give every expert exactly its tokens, so expert batch sizes vary: block-sparse / grouped GEMM kernels
+that take variable sizes.""",
+                rubric=(
+                    (0.5, f"the three fractions (±2 points): {DROPS[1.0]:.0%}, {DROPS[1.25]:.0%}, {DROPS[2.0]:.0%}"),
+                    (0.5, "what drops lose; costs of a larger factor; why dropless needs variable-size kernels"),
+                ),
+            ),
+            Problem(
+                "2",
+                "A straggler expert",
+                1,
+                """Compute: the rank holding the 3× expert does 3× the expert FLOPs, and the combine all-to-all (a
+collective) cannot finish until it sends its results: every rank waits for it, so the expert phase takes ~3×
+a balanced one (the all-to-all bytes also grow for that rank: it receives 3× its share). The other W − 1 ranks
+idle for ~2/3 of the expert phase. The aux loss pushes the router toward uniform load (soft, over training,
+at some cost to the main loss); the capacity factor caps the damage per step at factor × the mean (dropping the
+excess). DeepSeek-V3's auxiliary-loss-free balancing adds a per-expert bias to the routing scores for the top-k
+*selection* only (not the gate weights), lowered for overloaded and raised for underloaded experts after each
+step: balance without an extra loss term fighting the language-model loss, and without drops.""",
+                rubric=(
+                    (0.5, "≈ 3× the expert phase, all ranks wait at the combine all-to-all"),
+                    (0.5, "aux loss (soft, training-time), capacity (hard cap, drops), DeepSeek's selection bias"),
+                ),
+            ),
+            Problem(
+                "3",
+                "EP and DP domains decoupled",
+                1,
+                """Attention, norms, embeddings and router are replicated on all 64 ranks: their gradients are
+summed over all 64 and divided by 64 (each rank's loss is the mean over its tokens; the global loss the mean of
+the 64). An expert lives on one rank of each EP group of 8 and has 8 replicas (one per EP group): its gradient
+already sums the terms of every token of its EP group that reached it (the dispatch brought them), so it is
+summed over its 8 replicas (the expert-DP group) and divided by 64 = W_ep · W_dp, as §8.3 does (router:
+summed over EP then over DP, /64). The EP group can be smaller than the DP group because only the experts are
+split; everything else replicates over 64. EP sits inside a node: its two all-to-alls per pass carry every
+token's activations and lie on the critical path, so they need NVLink bandwidth.""",
+                rubric=(
+                    (0.5, "groups: dense params over 64 /64; experts over their 8 replicas, /64 (W_ep · W_dp)"),
+                    (0.5, "why EP < DP is allowed, and all-to-all on the critical path → inside a node"),
+                ),
+                wrong=("Dividing expert grads by 8 (the replicas): 8× too large. 0 of 0.5.",),
+            ),
+            Problem(
+                "4",
+                "EP vs TP for Mixtral's experts",
+                1,
+                f"""EP 8: `moe_all_to_all_bytes(4096, 6144, 2, 8)` = **{num(EP_BYTES / 1e6)} MB** per rank per layer
+per step (4 exchanges of T·k·d values, 7/8 leaving the rank). TP 8 splits every expert: the MoE block needs
+an all-reduce of the T·d outputs forward (g) and of the input gradient backward (f):
+2 × `ring_all_reduce_bytes_per_rank(2·4096·6144, 8)` = **{num(TP_ONE / 1e6)} MB**; counting two all-reduces per
+pass as §8.4's sketch does, {num(TP_TWO / 1e6)} MB, equal to EP's at k = 2. Both hold the same expert bytes per
+rank ({num(EXPERT_BYTES / 1e6)} MB of bf16 parameters: one whole expert vs 1/8 of each). So bytes do not decide at
+k = 2; EP wins on compute (one large matmul per expert instead of d_ff/8 = {DFF // 8}-wide slices) and does not
+grow with E, TP on balance (no straggler expert).""",
+                rubric=(
+                    (
+                        0.5,
+                        f"EP {num(EP_BYTES / 1e6)} MB and TP's count ({num(TP_ONE / 1e6)} or {num(TP_TWO / 1e6)} MB) "
+                        "from the functions, with the all-reduces counted",
+                    ),
+                    (0.5, "the comparison: similar bytes at k = 2; matmul size, imbalance, expert memory"),
+                ),  # fmt: skip
+            ),
+        ),
+    ),
+)
