@@ -11,6 +11,9 @@ Your task, in the order of the handout:
     interleaved_1f1b_schedule    (5.4) v model chunks per rank (Megatron-LM)
     zero_bubble_h1_schedule      (5.5) backward split into input grads (B) and weight grads (W)
     PipelineStage                (5.6) runs those too: chunks, split backward, checkpoint=True
+    split_into_v_chunks,         (5.7) two chunks per rank placed in a V, and ZB-V's order over them
+      zero_bubble_v_schedule           (PipelineStage runs it with placement="v")
+    dualpipe_v_schedule          (5.8) DualPipeV: overlapped F&B pairs, full and split backwards
 
 ``Action`` is given. Use only point-to-point calls between neighbouring stages (two stages that
 both block in a send, waiting for each other to receive, deadlock: see §5.3). Match messages by
@@ -47,6 +50,9 @@ __all__ = [
     "one_f_one_b_schedule",
     "interleaved_1f1b_schedule",
     "zero_bubble_h1_schedule",
+    "split_into_v_chunks",
+    "zero_bubble_v_schedule",
+    "dualpipe_v_schedule",
     "PipelineStage",
 ]
 
@@ -79,14 +85,19 @@ def split_into_stages(model: nn.Sequential, num_stages: int) -> list[nn.Sequenti
 class Action:
     """One step of a stage's schedule: ``kind`` of ``microbatch`` on this rank's model chunk ``chunk``.
 
-    ``kind`` is "F" (forward), "B" (backward; the whole backward, unless the schedule also has "W",
-    in which case only the gradient of the chunk's input) or "W" (the gradient of the chunk's
-    weights). ``chunk`` is the local chunk index k (global chunk k * p + stage); 0 without interleaving.
+    ``kind`` is "F" (forward), "B" (backward; the whole backward, unless the schedule also has a
+    "W" of the same microbatch and chunk, in which case only the gradient of the chunk's input) or
+    "W" (the gradient of the chunk's weights). ``chunk`` is the local chunk index k: global chunk
+    k * p + stage when chunks loop round the ranks (0 without interleaving); in a V (§5.7) local
+    chunk 0 is global chunk ``stage`` and local chunk 1 is global chunk 2p - 1 - stage.
+    ``overlap=True`` (DualPipeV only, on an "F") says this forward and the action right after it,
+    a "B" of the other chunk, form one overlapped F&B unit: their messages are in flight together.
     """
 
     kind: str
     microbatch: int
     chunk: int = 0
+    overlap: bool = False
 
 
 def gpipe_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
@@ -166,6 +177,90 @@ def zero_bubble_h1_schedule(num_stages: int, num_microbatches: int, stage: int) 
 
 
 # ---------------------------------------------------------------------------------------------
+# ## Task 5.7: V placement and ZB-V
+# ---------------------------------------------------------------------------------------------
+
+
+def split_into_v_chunks(model: nn.Sequential, num_stages: int, stage: int) -> list[nn.Sequential]:
+    """Rank ``stage``'s two chunks of ``model`` placed in a V: ``[chunk stage, chunk 2p - 1 - stage]``.
+
+    ``model`` is cut into 2p chunks by ``split_into_stages(model, 2 * num_stages)``; rank s holds
+    global chunk s (its local chunk 0, the way down: ranks 0, 1, ..., p - 1) and global chunk
+    2p - 1 - s (its local chunk 1, the way back: ranks p - 1, ..., 1, 0). Rank 0 thus holds the
+    first and the last chunk (the loss is computed there), and rank p - 1 holds chunks p - 1 and p,
+    so the turn of the V is local: no message crosses between rank p - 1 and rank 0. p = 2, 8
+    layers: rank 0 gets layers [0, 1] and [6, 7], rank 1 gets [2, 3] and [4, 5].
+
+    Raises as ``split_into_stages`` (for 2p stages), and ``ValueError`` unless 0 <= ``stage`` < p.
+    """
+    raise NotImplementedError("Task 5.7 (V placement and ZB-V): see handouts/05-pipeline.md §5.7")
+
+
+def zero_bubble_v_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
+    """ZB-V (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", §6) for rank ``stage`` of a V.
+
+    Two chunks per rank in a V (``split_into_v_chunks``); every backward is split into B (input
+    gradient) and W (weight gradient). With p = ``num_stages``, r = ``stage`` and chunks written
+    F0/B0/W0 (chunk 0) and F1/B1/W1 (chunk 1), each phase taking the lowest microbatch not yet run
+    of its kind and chunk:
+        1. warm-up:   2(p - r) - 1 times F0
+        2.            r times F1 F0
+        3.            p - r times F1 B1 W1
+        4. steady:    until every F has run: F0 (while chunk 0 has forwards left) B0 W0 F1 B1 W1
+        5. cool-down: r times B0 B1; then p - r times B0 W0; then the Ws left, chunk 1's then chunk 0's
+    computed for max(m, 2p - 1) microbatches, then the actions of microbatches >= m left out (fewer
+    microbatches than 2p - 1 cannot fill the V). p = 2, m = 4, rank 0 (as microbatch.chunk):
+    ``F0.0 F1.0 F2.0 F0.1 B0.1 W0.1 F1.1 B1.1 W1.1 F3.0 B0.0 W0.0 F2.1 B2.1 W2.1 B1.0 W1.0 F3.1 B3.1 W3.1
+    B2.0 W2.0 B3.0 W3.0``. This is the order torch's ``ScheduleZBVZeroBubble`` runs.
+
+    Each rank holds at most 2p chunk activations (F to W) when m >= 2p - 1: p microbatches of its
+    whole layers, 1F1B's peak on stage 0, on every rank. With F = B = W per chunk the step idles
+    (p - 1)(F + B - 2W) per rank (zero); see ``accounting.zbv_bubble_fraction``. Pure function;
+    raises as ``gpipe_schedule``.
+    """
+    raise NotImplementedError("Task 5.7 (V placement and ZB-V): see handouts/05-pipeline.md §5.7")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 5.8: DualPipeV
+# ---------------------------------------------------------------------------------------------
+
+
+def dualpipe_v_schedule(num_stages: int, num_microbatches: int, stage: int) -> list[Action]:
+    """DualPipeV (DeepSeek-V3 report §3.2.1, folded into a V: half of DualPipe's ranks) for ``stage``.
+
+    Two chunks per rank in a V, as ZB-V. In the steady state a forward of one chunk runs
+    overlapped with a backward of the other chunk: ``Action("F", i, c, overlap=True)`` followed by
+    ``Action("B", j, 1 - c)`` (an F&B unit, whose messages are in flight together; DeepSeek hides
+    the all-to-all of each half behind the other's compute). A "B" is a whole backward unless a "W"
+    of the same microbatch and chunk follows later (then it is the input gradient only). With p =
+    ``num_stages``, r = ``stage``, m = ``num_microbatches``, each action taking the lowest
+    microbatch not yet run of its kind and chunk, and Ws taken oldest first from one queue of the
+    split Bs:
+        1. 2(p - r - 1) times F0
+        2. r + 1 times F0 F1
+        3. p - r - 1 times B1 (split) W F1
+        4. m - 2p + r + 1 times F0&B1 F1&B0 (whole Bs; on rank p - 1 the first F0, B1 not overlapped)
+        5. p - r - 1 times B1 F1&B0
+        6. r + 1 times B1 B0, whole Bs until the middle pass i = (r + 1) // 2, split Bs from there
+           (on an odd rank from that pass's B1, on an even rank from its B0)
+        7. p - r - 1 times W B0 (split once step 6 switched)
+        8. r + 1 times W
+    This is the order torch's ``ScheduleDualPipeV`` runs (from DeepSeek's open-source DualPipe).
+
+    A rank holds at most 2p + 1 chunk activations (F to the end of its backward: a whole B, or
+    its W): PP + 1 with PP = 2p chunks, the report's figure. Per step it idles
+    (p - 1)(F&B + B - 3W) (the report's (PP/2 - 1)(F&B + B - 3W)), where F&B is the time of an
+    overlapped pair, B of a whole backward and W of its weight half; see
+    ``accounting.dualpipev_bubble_fraction``. Pure function.
+
+    Needs ``num_microbatches >= 2 * num_stages`` (``ValueError`` naming ``num_microbatches``);
+    otherwise raises as ``gpipe_schedule``.
+    """
+    raise NotImplementedError("Task 5.8 (DualPipeV): see handouts/05-pipeline.md §5.8")
+
+
+# ---------------------------------------------------------------------------------------------
 # ## Task 5.3: a pipeline stage
 # ## Task 5.6: interleaved chunks, split backward and activation checkpointing in PipelineStage
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +277,13 @@ class PipelineStage:
     s receives activations from group rank s - 1 and input gradients from group rank s + 1, and
     sends to them; with chunks, rank p - 1 and rank 0 are neighbours too (chunk k·p + p - 1 feeds
     chunk (k + 1)·p). Nothing else communicates.
+
+    ``placement="v"`` (§5.7): ``module`` is the two chunks of ``split_into_v_chunks`` (global chunks
+    s and 2p - 1 - s). Activations flow down through local chunk 0 (rank s - 1 -> s), turn inside
+    rank p - 1 (chunk p - 1 feeds chunk p without a message) and flow back up through local chunk 1
+    (rank s + 1 -> s); input gradients flow the other way. Rank 0 holds the first and the last
+    chunk, so it takes both ``inputs`` and ``targets`` and returns the loss; rank 0 and rank p - 1
+    are not neighbours (unless p = 2). The V runs schedules "zb-v" and "dualpipev" only.
     """
 
     def __init__(
@@ -191,6 +293,7 @@ class PipelineStage:
         num_stages: int,
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         group: dist.ProcessGroup | None = None,
+        placement: str = "loop",
     ) -> None:
         """Check the arguments (on every rank, before any communication) and remember the neighbours.
 
@@ -200,7 +303,8 @@ class PipelineStage:
         Raises ``TypeError`` if ``module`` is not an ``nn.Module`` or a non-empty list of them, or
         ``loss_fn`` not callable, and ``ValueError`` unless ``num_stages`` equals the group size
         and ``stage`` is this rank's rank in ``group`` (and ``num_stages >= 2`` when several chunks are
-        given). ``.timeline`` and ``.peak_activations`` start empty / 0.
+        given), and unless ``placement`` is "loop" or "v" (the V needs exactly two chunks).
+        ``.timeline`` and ``.peak_activations`` start empty / 0.
         """
         raise NotImplementedError("Task 5.3 (pipeline stage): see handouts/05-pipeline.md §5.3")
 
@@ -217,14 +321,18 @@ class PipelineStage:
         ``inputs`` (batch, ...) is used on stage 0 and ``targets`` (batch, ...) on the last stage;
         other stages may pass ``None`` (a tensor given anywhere is checked). Both are split on dim 0
         into ``num_microbatches`` equal microbatches, run in the order of ``schedule``: "gpipe",
-        "1f1b", "zb-h1" (one chunk) or "interleaved" (``interleaved_1f1b_schedule`` with v =
-        ``.num_chunks``; a single module is v = 1, which runs the 1F1B order). Microbatch losses
+        "1f1b", "zb-h1" (one chunk), "interleaved" (``interleaved_1f1b_schedule`` with v =
+        ``.num_chunks``; a single module is v = 1, which runs the 1F1B order), or, with
+        ``placement="v"``, "zb-v" (``zero_bubble_v_schedule``) or "dualpipev" (``dualpipe_v_schedule``;
+        an F&B pair posts the receive of its B's gradient together with its F's input, before the F
+        computes, so that message travels while the F runs). Microbatch losses
         are divided by ``num_microbatches``, so ``.grad`` receives exactly the gradients of the
         full-batch mean loss (added to what ``.grad`` held, as ``backward`` does; the caller zeroes
         and steps). Activation shapes and dtypes are sent ahead
         of the data, never given by the caller.
 
-        Under "zb-h1", B(i) computes only the gradient of the chunk's input, whenever that input
+        Under "zb-h1" (and for every B that has a W in "zb-v" and "dualpipev"), B(i) computes only
+        the gradient of the chunk's input, whenever that input
         requires grad, and sends it at once (``torch.autograd.grad(out, x, grad, retain_graph=True)``);
         on stage 0 the input is the caller's ``inputs``: if it requires grad, B backpropagates the
         gradient into it (``inputs.grad`` gets what an unsplit backward would give), else B has
@@ -239,12 +347,16 @@ class PipelineStage:
         ``.timeline`` is ``[(action, t_start, t_end), ...]`` in execution order (``time.perf_counter``
         seconds; t_start once the action's input has arrived, t_end once its output is posted) and
         ``.peak_activations`` the most (microbatch, chunk) pairs that were between their F and the
-        end of their backward (B, or W under "zb-h1") at once; checkpointing does not change it.
+        end of their backward (a whole B, or the W of a split one) at once; checkpointing does not
+        change it. In a V, rank p - 1 hands chunk p - 1's output to chunk p (and the gradient back)
+        in memory, with no message.
 
         Raises ``ValueError`` for an unknown ``schedule``, a schedule that does not fit the number
         of chunks (only "interleaved" takes several; it needs ``num_microbatches`` to be a multiple
-        of ``num_stages``), ``num_microbatches < 1``, or a batch that is smaller than or not
-        divisible by ``num_microbatches``; ``TypeError`` for a missing ``inputs`` on stage 0 /
-        ``targets`` on the last stage or a non-bool ``checkpoint``. All before any communication.
+        of ``num_stages``) or the placement ("zb-v" and "dualpipev" run a V and only they do;
+        "dualpipev" needs ``num_microbatches >= 2 * num_stages``), ``num_microbatches < 1``, or a
+        batch that is smaller than or not divisible by ``num_microbatches``; ``TypeError`` for a
+        missing ``inputs`` on the rank of global chunk 0 / ``targets`` on the rank of the last one
+        (rank 0 for both in a V) or a non-bool ``checkpoint``. All before any communication.
         """
         raise NotImplementedError("Task 5.3 (pipeline stage): see handouts/05-pipeline.md §5.3")
