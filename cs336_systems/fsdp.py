@@ -1,9 +1,10 @@
 """FSDP, ZeRO stage 3 (Rajbhandari et al. 2020; Zhao et al. 2023): every big weight sharded 1/N per rank.
 
 Your task (handouts/03-zero.md §3.3): implement ``FSDP`` from its docstring with torch.distributed's
-built-in collectives (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``,
-``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and
-record what each forward and backward sends.
+built-in collectives (``all_gather_single`` and ``reduce_scatter_single``, the names torch 2.13 gives
+``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which it deprecates; ``broadcast``,
+``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and record
+what each forward and backward sends.
 
 Who talks to whom (group of N ranks): forward all-gathers a layer's weight just before it runs and
 frees it after; backward all-gathers it again, then reduce-scatters its weight grad, so each rank's

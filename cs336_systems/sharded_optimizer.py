@@ -2,8 +2,9 @@
 
 Your task (handouts/03-zero.md): implement ``ShardedOptimizer`` (§3.1, and its ``shard_gradients=True``
 mode, §3.2: ``reduce_scatter_gradients``) from its docstrings (``FSDP``, stage 3, lives in ``fsdp.py``,
-§3.3), with torch.distributed's built-in collectives (``all_gather_into_tensor``,
-``reduce_scatter_tensor``, ``broadcast``, ``all_reduce``). The tests measure what each rank holds
+§3.3), with torch.distributed's built-in collectives (``all_gather_single`` and ``reduce_scatter_single``, the
+names torch 2.13 gives ``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which it deprecates;
+``broadcast``, ``all_reduce``). The tests measure what each rank holds
 (tensor storage, not attribute names) and record what each step sends.
 
 Per parameter, mixed-precision Adam keeps 2 (fp16 weight) + 2 (grad) + 12 (fp32 master, m, v) bytes on

@@ -877,7 +877,7 @@ def checkpoint_bytes_per_rank(
     world_size = _count(world_size, "world_size", minimum=1, integer=True)
     zero_stage = _count(zero_stage, "zero_stage", integer=True)
     if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (the ZeRO stages), got {zero_stage}")
+        raise ValueError(f"zero_stage must be 0, 1, 2 or 3 (the ZeRO stage of the saved state), got {zero_stage}")
     if not isinstance(balance_replicated, bool):
         raise TypeError(f"balance_replicated must be a bool, got {type(balance_replicated).__name__}")
     p = _count(param_bytes, "param_bytes")

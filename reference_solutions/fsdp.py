@@ -1,9 +1,10 @@
 """FSDP, ZeRO stage 3 (Rajbhandari et al. 2020; Zhao et al. 2023): every big weight sharded 1/N per rank.
 
 Your task (handouts/03-zero.md §3.3): implement ``FSDP`` from its docstring with torch.distributed's
-built-in collectives (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``broadcast``,
-``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and
-record what each forward and backward sends.
+built-in collectives (``all_gather_single`` and ``reduce_scatter_single``, the names torch 2.13 gives
+``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which it deprecates; ``broadcast``,
+``all_reduce``). The tests measure what each rank holds (tensor storage, not attribute names) and record
+what each forward and backward sends.
 
 Who talks to whom (group of N ranks): forward all-gathers a layer's weight just before it runs and
 frees it after; backward all-gathers it again, then reduce-scatters its weight grad, so each rank's
@@ -39,6 +40,11 @@ def _group_size_rank(group) -> tuple[int, int, list[int]]:
 
 
 # BEGIN SOLUTION
+# The non-deprecated names where this torch has them (2.13 warns about the older ones).
+_all_gather_tensor = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
 class _Shard:
     """How one weight of ``shape`` is split: padded to ``N * chunk`` elements, rank r keeps chunk r."""
 
@@ -61,7 +67,7 @@ class _Shard:
         if self.world == 1:
             return local.view(self.shape)
         full = torch.empty(self.world * self.chunk, dtype=dtype, device=shard.device)
-        dist.all_gather_into_tensor(full, local, group=self.group)
+        _all_gather_tensor(full, local, group=self.group)
         return full[: self.numel].view(self.shape)
 
     def reduce_scatter(self, grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -71,7 +77,7 @@ class _Shard:
         if self.world == 1:
             return padded
         chunk = torch.empty(self.chunk, dtype=dtype, device=grad.device)
-        dist.reduce_scatter_tensor(chunk, padded, group=self.group)
+        _reduce_scatter_tensor(chunk, padded, group=self.group)
         return chunk.div_(self.world)
 
 

@@ -2,8 +2,9 @@
 
 Your task (handouts/03-zero.md): implement ``ShardedOptimizer`` (§3.1, and its ``shard_gradients=True``
 mode, §3.2: ``reduce_scatter_gradients``) from its docstrings (``FSDP``, stage 3, lives in ``fsdp.py``,
-§3.3), with torch.distributed's built-in collectives (``all_gather_into_tensor``,
-``reduce_scatter_tensor``, ``broadcast``, ``all_reduce``). The tests measure what each rank holds
+§3.3), with torch.distributed's built-in collectives (``all_gather_single`` and ``reduce_scatter_single``, the
+names torch 2.13 gives ``all_gather_into_tensor`` and ``reduce_scatter_tensor``, which it deprecates;
+``broadcast``, ``all_reduce``). The tests measure what each rank holds
 (tensor storage, not attribute names) and record what each step sends.
 
 Per parameter, mixed-precision Adam keeps 2 (fp16 weight) + 2 (grad) + 12 (fp32 master, m, v) bytes on
@@ -31,6 +32,11 @@ __all__ = ["ShardedOptimizer"]
 
 
 # BEGIN SOLUTION
+# The non-deprecated names where this torch has them (2.13 warns about the older ones).
+_all_gather_tensor = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+_reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
+
+
 def _group_size_rank(group) -> tuple[int, int, list[int]]:
     """(size, my rank within the group, the group's global ranks in group order)."""
     ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
@@ -164,7 +170,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 offset += p.numel()
         chunk = torch.empty(slot, dtype=like.dtype, device=like.device)  # (slot,): my averaged grads
         if self._world > 1:
-            dist.reduce_scatter_tensor(chunk, full, group=self._group)
+            _reduce_scatter_tensor(chunk, full, group=self._group)
         else:
             chunk.copy_(full)
         chunk.div_(self._world)  # gloo has no AVG op
@@ -204,7 +210,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             mine[offset : offset + p.numel()] = p.reshape(-1)
             offset += p.numel()
         full = torch.empty(self._world * slot, dtype=like.dtype, device=like.device)  # (N * slot,)
-        dist.all_gather_into_tensor(full, mine, group=self._group)
+        _all_gather_tensor(full, mine, group=self._group)
         for r, params in enumerate(per_rank):
             offset = r * slot
             for p in params:

@@ -3,7 +3,8 @@
 Your task (handouts/04-tensor-parallel.md): implement the six communication functions as
 ``torch.autograd.Function``s (each one's forward is its partner's backward), then the two parallel
 linears and the tensor-parallel MLP built from them, and finally its sequence-parallel variant.
-Use the built-in collectives of torch.distributed (``all_reduce``, ``all_gather_into_tensor``,
+Use the built-in collectives of torch.distributed (``all_reduce``, ``all_gather_single``,
+``reduce_scatter_single``: torch 2.13's names for the deprecated ``all_gather_into_tensor`` and
 ``reduce_scatter_tensor``) over ``group`` (None = WORLD); with one rank you may skip communicating.
 
 T ranks of ``group`` share every weight matrix. The MLP ``fc2(gelu(fc1(x)))`` is split so that it

@@ -551,7 +551,7 @@ MUTANTS = [
         "sharded_optimizer",
         "Stage 2 averages every grad with an all-reduce (as DDP does) and then drops the non-owned ones: "
         "right values, but it moves the whole gradient to every rank",
-        old="dist.reduce_scatter_tensor(chunk, full, group=self._group)",
+        old="_reduce_scatter_tensor(chunk, full, group=self._group)",
         new=(
             "dist.all_reduce(full, group=self._group)\n"
             "            chunk.copy_(full[self._rank * slot : (self._rank + 1) * slot])"
