@@ -52,8 +52,10 @@ import datetime
 import faulthandler
 import multiprocessing
 import os
+import pickle
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -80,6 +82,7 @@ __all__ = [
     "Attempt",
     "JobHistory",
     "supervise",
+    "describe_outcomes",
     "replica_state",
     "load_replica_state",
     "send_replica_state",
@@ -172,6 +175,7 @@ class RankOutcome:
     exitcode: int | None = None
     reported_at: float | None = None
     stacks: str = ""
+    fault_at: float | None = None  # when the fault plan fired in this rank (``time.time()``), if it did
 
     @property
     def ok(self) -> bool:
@@ -190,11 +194,15 @@ def _prctl_pdeathsig() -> None:
         pass  # not Linux: the launcher's deadline still ends every rank
 
 
+_REPORT_LOCK = threading.Lock()  # one message per rank: the first thread to report ends the process
+
+
 def _send_and_exit(conn, message, code: int) -> None:
-    try:
-        conn.send(message)
+    _REPORT_LOCK.acquire()  # a second reporter (the heartbeat thread, the main thread) waits here for the exit
+    try:  # plain pickle: multiprocessing's would pass tensors through shared memory this process takes away
+        conn.send_bytes(pickle.dumps(message))
     except Exception:  # noqa: BLE001 - an unpicklable value must not leave the supervisor waiting
-        conn.send(("error", f"the rank's message could not be sent:\n{traceback.format_exc()}"))
+        conn.send_bytes(pickle.dumps(("error", f"the rank's message could not be sent:\n{traceback.format_exc()}")))
     finally:
         with contextlib.suppress(Exception):
             faulthandler.disable()
@@ -263,7 +271,7 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
     ctx = multiprocessing.get_context(method)
     folder = tempfile.mkdtemp(prefix=f"cs336-job-a{attempt}-")
     outcomes = [RankOutcome(r) for r in range(world_size)]
-    procs, conns = [], {}
+    procs, conns, grace_end = [], {}, None
     try:
         for r in range(world_size):
             mine, theirs = ctx.Pipe(duplex=False)
@@ -276,35 +284,50 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
         store = dist.PrefixStore("job/", dist.FileStore(str(Path(folder) / "store"), world_size))
         end = time.monotonic() + deadline
         running = {p.sentinel: r for r, p in enumerate(procs)}
+        by_rank = {r: c for c, r in conns.items()}
+
+        def take_message(r: int) -> None:
+            conn = by_rank.pop(r, None)
+            if conn is None or not conn.poll():
+                return
+            try:
+                kind, payload = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                return  # ended without a message: the sentinel says how
+            outcomes[r].reported_at = time.time()
+            setattr(outcomes[r], {"ok": "value", "failure": "failure"}.get(kind, "error"), payload)
+
+        killed: set[int] = set()
         while running:
-            ready = wait([*conns, *running], timeout=max(0.0, end - time.monotonic()))
+            ready = wait([*by_rank.values(), *running], timeout=max(0.0, end - time.monotonic()))
             if not ready:
                 break
             for obj in ready:
-                if obj in conns:
-                    r = conns.pop(obj)
-                    try:
-                        kind, payload = obj.recv()
-                    except (EOFError, OSError):
-                        continue  # died without a message: the sentinel says how
-                    outcomes[r].reported_at = time.time()
-                    if kind == "ok":
-                        outcomes[r].value = payload
-                    elif kind == "failure":
-                        outcomes[r].failure = payload
-                    else:
-                        outcomes[r].error = payload
-                else:
+                if obj in running:
                     r = running.pop(obj)
+                    take_message(r)  # a message sent just before the exit comes first
                     procs[r].join()
                     outcomes[r].exitcode = procs[r].exitcode
-                    if outcomes[r].reported_at is None and not any(c for c, q in conns.items() if q == r and c.poll()):
+                    if outcomes[r].reported_at is None:
                         store.set(f"dead/{r}", str(procs[r].exitcode))  # the scheduler's notice
-            if any(not o.ok and (o.reported_at or o.exitcode is not None) for o in outcomes):
-                end = min(end, time.monotonic() + grace)
-        for r in list(running.values()):  # past the deadline or the grace period: stacks, then SIGKILL
-            outcomes[r].stacks = _stacks_of(procs[r], Path(folder) / f"rank{r}.stacks")
-            outcomes[r].error = outcomes[r].error or "killed by the launcher: still running at the deadline"
+                else:
+                    take_message(next(r for r, c in by_rank.items() if c is obj))
+            if any(o.failure or o.error or (o.exitcode is not None and o.reported_at is None) for o in outcomes):
+                grace_end = grace_end or time.monotonic() + grace
+                end = min(end, grace_end)
+            named = {o.failure.dead_rank for o in outcomes if o.failure is not None}
+            if running and set(running.values()) <= named:  # all that is left are ranks the others saw fail
+                for r in set(running.values()) - killed:
+                    killed.add(r)
+                    outcomes[r].error = "killed by the launcher: its peers reported it failed"
+                    os.kill(procs[r].pid, signal.SIGKILL)
+        if store.check(["fault"]):
+            r, _, _, at = store.get("fault").decode().split()
+            outcomes[int(r)].fault_at = float(at)
+        for r, proc in enumerate(procs):  # past the deadline or the grace period: stacks, then SIGKILL
+            if proc.sentinel in running and outcomes[r].error is None:
+                outcomes[r].stacks = _stacks_of(proc, Path(folder) / f"rank{r}.stacks")
+                outcomes[r].error = "killed by the launcher: still running at the deadline or grace period"
     finally:
         for p in procs:
             if p.is_alive():
@@ -320,6 +343,32 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
 
         shutil.rmtree(folder, ignore_errors=True)
     return outcomes
+
+
+def _exit_name(code: int | None) -> str:
+    """``"SIGKILL"`` for -9, ``"code 1"`` for 1."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"code {code}"
+
+
+def describe_outcomes(outcomes: list[RankOutcome]) -> str:
+    """One paragraph per rank: how it ended, what it reported, and its stack when the launcher killed it."""
+    lines = []
+    for o in outcomes:
+        if o.ok:
+            lines.append(f"--- rank {o.rank}: finished")
+        elif o.failure is not None:
+            lines.append(f"--- rank {o.rank}: reported {o.failure}")
+        elif o.died:
+            lines.append(f"--- rank {o.rank}: ended by {_exit_name(o.exitcode)} without a report"
+                         + (f" ({o.error})" if o.error else ""))  # fmt: skip
+        else:
+            lines.append(f"--- rank {o.rank}: raised\n{o.error.rstrip()}")
+        if o.stacks:
+            lines.append(f"its Python stack:\n{o.stacks.rstrip()}")
+    return "\n".join(lines)
 
 
 def _stacks_of(proc, path: Path) -> str:
@@ -377,39 +426,14 @@ def make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=0.05, weight_decay=0.01)
 
 
-def _materialize_adamw_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create AdamW's state (zeros) before the first step, so a checkpoint has tensors to load into; the
-    first step from zeros is the same step AdamW takes from its own lazy initialization."""
+def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create AdamW's state as it is before its first step (zeros, step 0), so a checkpoint has tensors to
+    load into; a first step from these zeros is exactly the step AdamW takes from its lazy initialization."""
     for group in optimizer.param_groups:
         for p in group["params"]:
-            if not optimizer.state[p]:
+            if not optimizer.state.get(p):
                 optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                       "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
-
-
-def _shard(checkpoint, t: torch.Tensor, full_numel: int | None, world: int, rank: int):
-    """``t`` as a ``checkpoint.Shard``: whole when replicated (``full_numel`` None); an FSDP flat shard as
-    its slice of the flattened weight of ``full_numel`` elements, padding left out, so any world size can
-    load it."""
-    if full_numel is None:
-        return checkpoint.Shard(t.data, tuple(t.shape), (0,) * t.dim())
-    start = rank * t.numel()
-    valid = max(0, min(t.numel(), full_numel - start))
-    return checkpoint.Shard(t.data[:valid], (full_numel,), (min(start, full_numel),))
-
-
-def _checkpoint_state(model: nn.Module, optimizer, shapes: dict[str, torch.Size], world: int, rank: int,
-                      sharded: bool, checkpoint) -> dict:  # fmt: skip
-    """Parameters and AdamW state of this rank as ``checkpoint.Shard``s (see ``_shard``)."""
-    state = {}
-    for name, p in model.named_parameters():
-        numel = shapes[name].numel()
-        is_flat_shard = sharded and tuple(p.shape) != tuple(shapes[name])  # FSDP replaced it by a 1-D shard
-        full = numel if is_flat_shard else None
-        state[f"model/{name}"] = _shard(checkpoint, p, full, world, rank)
-        for key, value in optimizer.state[p].items():
-            state[f"optim/{name}/{key}"] = _shard(checkpoint, value, full if value.dim() else None, world, rank)
-    return state
 
 
 def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
@@ -423,12 +447,18 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     group, world, me = rank.group, rank.world_size, rank.rank
     if config.global_batch % world:
         raise ValueError(f"global_batch ({config.global_batch}) must divide by the world size ({world})")
+    if config.strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"config.strategy must be 'ddp' or 'fsdp', got {config.strategy!r}")
+    fsdp_run = config.strategy == "fsdp"
     model = build_model(config)
-    shapes = {name: p.shape for name, p in model.named_parameters()}
-    trained = fsdp.FSDP(model, group=group) if config.strategy == "fsdp" else model
+    trained = fsdp.FSDP(model, group=group) if fsdp_run else model
     optimizer = make_optimizer(trained.parameters())
-    _materialize_adamw_state(optimizer)
-    state = _checkpoint_state(model, optimizer, shapes, world, me, config.strategy == "fsdp", checkpoint)
+    init_adamw_state(optimizer)  # state exists from the start: the first checkpoint and a load have tensors
+
+    def state() -> dict:  # parameters and AdamW state as checkpoint Shards (FSDP: boxes of the flat weights)
+        params = checkpoint.fsdp_state(trained, group=group) if fsdp_run else checkpoint.module_state(model)
+        return {**params, **checkpoint.optimizer_state(optimizer, params)}
+
     detector = FailureDetector(rank.store, me, world, interval=config.heartbeat_interval,
                                timeout=config.heartbeat_timeout, on_failure=rank.fail)  # fmt: skip
     rows = slice(me * config.global_batch // world, (me + 1) * config.global_batch // world)
@@ -436,11 +466,11 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     with detector:
         if start_step:
             with detector.waiting(f"loading the checkpoint of step {start_step}"):
-                checkpoint.load_checkpoint(state, config.directory, start_step, group=group)
+                checkpoint.load_checkpoint(state(), config.directory, start_step, group=group)
         for step in range(start_step, config.steps):
             detector.beat(step)
             x, y = batch(config, step)
-            if config.strategy == "fsdp":
+            if fsdp_run:
                 rank.reached(step, "sync")
                 with detector.waiting(f"the all-gathers and reduce-scatters of step {step} (FSDP)"):
                     loss = nn.functional.mse_loss(trained(x[rows]), y[rows])
@@ -457,9 +487,9 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
             if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
                 rank.reached(step + 1, "save")
                 with detector.waiting(f"the checkpoint of step {step + 1}"):
-                    checkpoint.save_checkpoint(state, config.directory, step + 1, group=group)
+                    checkpoint.save_checkpoint(state(), config.directory, step + 1, group=group)
         with detector.waiting("the final all-gather of the parameters"):
-            params = trained.gather_full_params() if config.strategy == "fsdp" else dict(model.state_dict())
+            params = trained.gather_full_params() if fsdp_run else dict(model.state_dict())
     return {"params": {k: v.detach().clone() for k, v in params.items()}, "start_step": start_step, "losses": losses}
 
 

@@ -52,8 +52,10 @@ import datetime
 import faulthandler
 import multiprocessing
 import os
+import pickle
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -80,6 +82,7 @@ __all__ = [
     "Attempt",
     "JobHistory",
     "supervise",
+    "describe_outcomes",
     "replica_state",
     "load_replica_state",
     "send_replica_state",
@@ -172,6 +175,7 @@ class RankOutcome:
     exitcode: int | None = None
     reported_at: float | None = None
     stacks: str = ""
+    fault_at: float | None = None  # when the fault plan fired in this rank (``time.time()``), if it did
 
     @property
     def ok(self) -> bool:
@@ -190,11 +194,15 @@ def _prctl_pdeathsig() -> None:
         pass  # not Linux: the launcher's deadline still ends every rank
 
 
+_REPORT_LOCK = threading.Lock()  # one message per rank: the first thread to report ends the process
+
+
 def _send_and_exit(conn, message, code: int) -> None:
-    try:
-        conn.send(message)
+    _REPORT_LOCK.acquire()  # a second reporter (the heartbeat thread, the main thread) waits here for the exit
+    try:  # plain pickle: multiprocessing's would pass tensors through shared memory this process takes away
+        conn.send_bytes(pickle.dumps(message))
     except Exception:  # noqa: BLE001 - an unpicklable value must not leave the supervisor waiting
-        conn.send(("error", f"the rank's message could not be sent:\n{traceback.format_exc()}"))
+        conn.send_bytes(pickle.dumps(("error", f"the rank's message could not be sent:\n{traceback.format_exc()}")))
     finally:
         with contextlib.suppress(Exception):
             faulthandler.disable()
@@ -263,7 +271,7 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
     ctx = multiprocessing.get_context(method)
     folder = tempfile.mkdtemp(prefix=f"cs336-job-a{attempt}-")
     outcomes = [RankOutcome(r) for r in range(world_size)]
-    procs, conns = [], {}
+    procs, conns, grace_end = [], {}, None
     try:
         for r in range(world_size):
             mine, theirs = ctx.Pipe(duplex=False)
@@ -276,35 +284,50 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
         store = dist.PrefixStore("job/", dist.FileStore(str(Path(folder) / "store"), world_size))
         end = time.monotonic() + deadline
         running = {p.sentinel: r for r, p in enumerate(procs)}
+        by_rank = {r: c for c, r in conns.items()}
+
+        def take_message(r: int) -> None:
+            conn = by_rank.pop(r, None)
+            if conn is None or not conn.poll():
+                return
+            try:
+                kind, payload = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                return  # ended without a message: the sentinel says how
+            outcomes[r].reported_at = time.time()
+            setattr(outcomes[r], {"ok": "value", "failure": "failure"}.get(kind, "error"), payload)
+
+        killed: set[int] = set()
         while running:
-            ready = wait([*conns, *running], timeout=max(0.0, end - time.monotonic()))
+            ready = wait([*by_rank.values(), *running], timeout=max(0.0, end - time.monotonic()))
             if not ready:
                 break
             for obj in ready:
-                if obj in conns:
-                    r = conns.pop(obj)
-                    try:
-                        kind, payload = obj.recv()
-                    except (EOFError, OSError):
-                        continue  # died without a message: the sentinel says how
-                    outcomes[r].reported_at = time.time()
-                    if kind == "ok":
-                        outcomes[r].value = payload
-                    elif kind == "failure":
-                        outcomes[r].failure = payload
-                    else:
-                        outcomes[r].error = payload
-                else:
+                if obj in running:
                     r = running.pop(obj)
+                    take_message(r)  # a message sent just before the exit comes first
                     procs[r].join()
                     outcomes[r].exitcode = procs[r].exitcode
-                    if outcomes[r].reported_at is None and not any(c for c, q in conns.items() if q == r and c.poll()):
+                    if outcomes[r].reported_at is None:
                         store.set(f"dead/{r}", str(procs[r].exitcode))  # the scheduler's notice
-            if any(not o.ok and (o.reported_at or o.exitcode is not None) for o in outcomes):
-                end = min(end, time.monotonic() + grace)
-        for r in list(running.values()):  # past the deadline or the grace period: stacks, then SIGKILL
-            outcomes[r].stacks = _stacks_of(procs[r], Path(folder) / f"rank{r}.stacks")
-            outcomes[r].error = outcomes[r].error or "killed by the launcher: still running at the deadline"
+                else:
+                    take_message(next(r for r, c in by_rank.items() if c is obj))
+            if any(o.failure or o.error or (o.exitcode is not None and o.reported_at is None) for o in outcomes):
+                grace_end = grace_end or time.monotonic() + grace
+                end = min(end, grace_end)
+            named = {o.failure.dead_rank for o in outcomes if o.failure is not None}
+            if running and set(running.values()) <= named:  # all that is left are ranks the others saw fail
+                for r in set(running.values()) - killed:
+                    killed.add(r)
+                    outcomes[r].error = "killed by the launcher: its peers reported it failed"
+                    os.kill(procs[r].pid, signal.SIGKILL)
+        if store.check(["fault"]):
+            r, _, _, at = store.get("fault").decode().split()
+            outcomes[int(r)].fault_at = float(at)
+        for r, proc in enumerate(procs):  # past the deadline or the grace period: stacks, then SIGKILL
+            if proc.sentinel in running and outcomes[r].error is None:
+                outcomes[r].stacks = _stacks_of(proc, Path(folder) / f"rank{r}.stacks")
+                outcomes[r].error = "killed by the launcher: still running at the deadline or grace period"
     finally:
         for p in procs:
             if p.is_alive():
@@ -320,6 +343,32 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
 
         shutil.rmtree(folder, ignore_errors=True)
     return outcomes
+
+
+def _exit_name(code: int | None) -> str:
+    """``"SIGKILL"`` for -9, ``"code 1"`` for 1."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"code {code}"
+
+
+def describe_outcomes(outcomes: list[RankOutcome]) -> str:
+    """One paragraph per rank: how it ended, what it reported, and its stack when the launcher killed it."""
+    lines = []
+    for o in outcomes:
+        if o.ok:
+            lines.append(f"--- rank {o.rank}: finished")
+        elif o.failure is not None:
+            lines.append(f"--- rank {o.rank}: reported {o.failure}")
+        elif o.died:
+            lines.append(f"--- rank {o.rank}: ended by {_exit_name(o.exitcode)} without a report"
+                         + (f" ({o.error})" if o.error else ""))  # fmt: skip
+        else:
+            lines.append(f"--- rank {o.rank}: raised\n{o.error.rstrip()}")
+        if o.stacks:
+            lines.append(f"its Python stack:\n{o.stacks.rstrip()}")
+    return "\n".join(lines)
 
 
 def _stacks_of(proc, path: Path) -> str:
@@ -377,39 +426,14 @@ def make_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=0.05, weight_decay=0.01)
 
 
-def _materialize_adamw_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create AdamW's state (zeros) before the first step, so a checkpoint has tensors to load into; the
-    first step from zeros is the same step AdamW takes from its own lazy initialization."""
+def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create AdamW's state as it is before its first step (zeros, step 0), so a checkpoint has tensors to
+    load into; a first step from these zeros is exactly the step AdamW takes from its lazy initialization."""
     for group in optimizer.param_groups:
         for p in group["params"]:
-            if not optimizer.state[p]:
+            if not optimizer.state.get(p):
                 optimizer.state[p] = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p),
                                       "exp_avg_sq": torch.zeros_like(p)}  # fmt: skip
-
-
-def _shard(checkpoint, t: torch.Tensor, full_numel: int | None, world: int, rank: int):
-    """``t`` as a ``checkpoint.Shard``: whole when replicated (``full_numel`` None); an FSDP flat shard as
-    its slice of the flattened weight of ``full_numel`` elements, padding left out, so any world size can
-    load it."""
-    if full_numel is None:
-        return checkpoint.Shard(t.data, tuple(t.shape), (0,) * t.dim())
-    start = rank * t.numel()
-    valid = max(0, min(t.numel(), full_numel - start))
-    return checkpoint.Shard(t.data[:valid], (full_numel,), (min(start, full_numel),))
-
-
-def _checkpoint_state(model: nn.Module, optimizer, shapes: dict[str, torch.Size], world: int, rank: int,
-                      sharded: bool, checkpoint) -> dict:  # fmt: skip
-    """Parameters and AdamW state of this rank as ``checkpoint.Shard``s (see ``_shard``)."""
-    state = {}
-    for name, p in model.named_parameters():
-        numel = shapes[name].numel()
-        is_flat_shard = sharded and tuple(p.shape) != tuple(shapes[name])  # FSDP replaced it by a 1-D shard
-        full = numel if is_flat_shard else None
-        state[f"model/{name}"] = _shard(checkpoint, p, full, world, rank)
-        for key, value in optimizer.state[p].items():
-            state[f"optim/{name}/{key}"] = _shard(checkpoint, value, full if value.dim() else None, world, rank)
-    return state
 
 
 def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
@@ -423,12 +447,18 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     group, world, me = rank.group, rank.world_size, rank.rank
     if config.global_batch % world:
         raise ValueError(f"global_batch ({config.global_batch}) must divide by the world size ({world})")
+    if config.strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"config.strategy must be 'ddp' or 'fsdp', got {config.strategy!r}")
+    fsdp_run = config.strategy == "fsdp"
     model = build_model(config)
-    shapes = {name: p.shape for name, p in model.named_parameters()}
-    trained = fsdp.FSDP(model, group=group) if config.strategy == "fsdp" else model
+    trained = fsdp.FSDP(model, group=group) if fsdp_run else model
     optimizer = make_optimizer(trained.parameters())
-    _materialize_adamw_state(optimizer)
-    state = _checkpoint_state(model, optimizer, shapes, world, me, config.strategy == "fsdp", checkpoint)
+    init_adamw_state(optimizer)  # state exists from the start: the first checkpoint and a load have tensors
+
+    def state() -> dict:  # parameters and AdamW state as checkpoint Shards (FSDP: boxes of the flat weights)
+        params = checkpoint.fsdp_state(trained, group=group) if fsdp_run else checkpoint.module_state(model)
+        return {**params, **checkpoint.optimizer_state(optimizer, params)}
+
     detector = FailureDetector(rank.store, me, world, interval=config.heartbeat_interval,
                                timeout=config.heartbeat_timeout, on_failure=rank.fail)  # fmt: skip
     rows = slice(me * config.global_batch // world, (me + 1) * config.global_batch // world)
@@ -436,11 +466,11 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     with detector:
         if start_step:
             with detector.waiting(f"loading the checkpoint of step {start_step}"):
-                checkpoint.load_checkpoint(state, config.directory, start_step, group=group)
+                checkpoint.load_checkpoint(state(), config.directory, start_step, group=group)
         for step in range(start_step, config.steps):
             detector.beat(step)
             x, y = batch(config, step)
-            if config.strategy == "fsdp":
+            if fsdp_run:
                 rank.reached(step, "sync")
                 with detector.waiting(f"the all-gathers and reduce-scatters of step {step} (FSDP)"):
                     loss = nn.functional.mse_loss(trained(x[rows]), y[rows])
@@ -457,9 +487,9 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
             if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
                 rank.reached(step + 1, "save")
                 with detector.waiting(f"the checkpoint of step {step + 1}"):
-                    checkpoint.save_checkpoint(state, config.directory, step + 1, group=group)
+                    checkpoint.save_checkpoint(state(), config.directory, step + 1, group=group)
         with detector.waiting("the final all-gather of the parameters"):
-            params = trained.gather_full_params() if config.strategy == "fsdp" else dict(model.state_dict())
+            params = trained.gather_full_params() if fsdp_run else dict(model.state_dict())
     return {"params": {k: v.detach().clone() for k, v in params.items()}, "start_step": start_step, "losses": losses}
 
 
@@ -490,19 +520,38 @@ class FailureDetector:
     def __init__(self, store, rank: int, world_size: int, *, interval: float = 0.05, timeout: float = 1.0,
                  on_failure: Callable[[PeerFailure], None] | None = None) -> None:  # fmt: skip
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        if not (interval > 0 and timeout > 0 and interval < timeout):
+            raise ValueError(f"need 0 < interval < timeout, got interval={interval!r}, timeout={timeout!r}")
+        self.store, self.rank, self.world_size = store, rank, world_size
+        self.interval, self.timeout, self.on_failure = interval, timeout, on_failure
+        self._lock = threading.Lock()  # the store is shared by this thread and the heartbeat thread
+        self._count, self._step = 0, None
+        self._seen: dict[int, tuple[str | None, float]] = {}  # peer -> (last heartbeat, when it changed, my clock)
+        self._waiting_for: str | None = None  # what the main thread waits for, while it does
+        self._reported = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         # END SOLUTION
 
     def start(self) -> FailureDetector:
         """Publish the first heartbeat and start the heartbeat thread; returns ``self``."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        self._publish()
+        now = time.monotonic()
+        self._seen = {peer: (None, now) for peer in range(self.world_size) if peer != self.rank}
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-rank{self.rank}", daemon=True)
+        self._thread.start()
+        return self
         # END SOLUTION
 
     def stop(self) -> None:
         """Stop the thread and mark this rank ``stopped`` (its silence from now on is not a failure)."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            self.store.set(f"heartbeat/{self.rank}", "stopped")
         # END SOLUTION
 
     def __enter__(self) -> FailureDetector:
@@ -514,28 +563,79 @@ class FailureDetector:
     def beat(self, step: int) -> None:
         """This rank is at step ``step``: publish a heartbeat carrying it now."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        self._step = step
+        self._publish()
         # END SOLUTION
 
     def failed_peer(self) -> tuple[int, int | None, str] | None:
         """``(rank, its last step, how it was noticed)`` of the lowest failed peer, or None."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        now = time.monotonic()
+        for peer in sorted(self._seen):
+            with self._lock:
+                dead = self.store.check([f"dead/{peer}"])
+                code = self.store.get(f"dead/{peer}").decode() if dead else None
+                key = f"heartbeat/{peer}"
+                beat = self.store.get(key).decode() if self.store.check([key]) else None
+            if beat == "stopped":
+                continue
+            step = int(beat.split()[1]) if beat and beat.split()[1] != "None" else None
+            if dead:
+                return peer, step, f"its process exited with {_exit_name(int(code))}"
+            last, since = self._seen[peer]
+            if beat != last:
+                self._seen[peer] = (beat, now)
+            elif now - since > self.timeout:
+                return peer, step, f"no heartbeat for {self.timeout:g} s"
+        return None
         # END SOLUTION
 
     def check(self, what: str = "nothing (between two waits)") -> None:
         """Raise ``PeerFailure`` (``waiting_for=what``) if a peer has failed."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
+        found = self.failed_peer()
+        if found is not None:
+            raise PeerFailure(self.rank, *found[:2], what, found[2])
         # END SOLUTION
 
     @contextlib.contextmanager
     def waiting(self, what: str):
         """Guard a wait on the peers (see the class docstring)."""
         # BEGIN SOLUTION: Task 10.5 (failure detection)
-        raise NotImplementedError
-        yield
+        self.check(what)
+        self._waiting_for = what
+        try:
+            yield
+        except PeerFailure:
+            raise
+        except Exception as error:
+            # gloo's "Connection closed by peer" may arrive before the launcher's notice: wait for it a while.
+            give_up = time.monotonic() + self.timeout + 2 * self.interval
+            while (found := self.failed_peer()) is None and time.monotonic() < give_up:
+                time.sleep(self.interval / 2)
+            if found is None:
+                raise
+            raise PeerFailure(self.rank, found[0], found[1], what, found[2]) from error
+        finally:
+            self._waiting_for = None
         # END SOLUTION
+
+    # BEGIN SOLUTION
+    def _publish(self) -> None:
+        with self._lock:
+            self._count += 1
+            self.store.set(f"heartbeat/{self.rank}", f"{self._count} {self._step}")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._publish()
+            found = self.failed_peer()
+            what = self._waiting_for
+            if found is not None and what is not None and not self._reported and self.on_failure is not None:
+                self._reported = True  # the main thread is blocked on a failed peer: only ending it helps
+                self.on_failure(PeerFailure(self.rank, found[0], found[1], what, found[2]))
+
+    # END SOLUTION
 
 
 @dataclass(frozen=True)
@@ -552,7 +652,13 @@ def plan_restart(directory: str | os.PathLike, *, healthy: int, global_batch: in
     that divides ``global_batch`` (so every rank still takes ``global_batch / w`` rows and the run matches
     an uninterrupted one). Raises ``ValueError`` for ``healthy`` or ``global_batch`` < 1."""
     # BEGIN SOLUTION: Task 10.5 (restart policy)
-    raise NotImplementedError
+    from . import checkpoint
+
+    for name, value in (("healthy", healthy), ("global_batch", global_batch)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    world = next(w for w in range(healthy, 0, -1) if global_batch % w == 0)
+    return RestartPlan(step=checkpoint.latest_checkpoint(directory) or 0, world_size=world)
     # END SOLUTION
 
 
@@ -587,7 +693,26 @@ def supervise(job: Callable, config: TrainConfig, *, world_size: int, spares: in
     ``max_restarts`` restarts.
     """
     # BEGIN SOLUTION: Task 10.5 (supervised restart)
-    raise NotImplementedError
+    plan = plan_restart(config.directory, healthy=world_size, global_batch=config.global_batch)
+    attempts: list[Attempt] = []
+    for attempt in range(max_restarts + 1):
+        outcomes = launch(job, plan.world_size, config, plan.step, attempt=attempt, fault=fault,
+                          deadline=deadline, grace=grace)  # fmt: skip
+        attempts.append(Attempt(plan.world_size, plan.step, outcomes))
+        if all(o.ok for o in outcomes):
+            return JobHistory(attempts, [o.value for o in outcomes])
+        bugs = [o for o in outcomes if o.error is not None and not o.died]
+        if bugs:
+            raise RuntimeError(f"attempt {attempt} failed with an error, not a lost rank (a restart would not "
+                               f"help):\n{describe_outcomes(outcomes)}")  # fmt: skip
+        failed = {o.rank for o in outcomes if o.died} | {o.failure.dead_rank for o in outcomes if o.failure}
+        replaced = min(spares, len(failed))
+        spares -= replaced
+        healthy = plan.world_size - len(failed) + replaced
+        if healthy < 1:
+            raise RuntimeError(f"attempt {attempt} left no healthy rank:\n{describe_outcomes(outcomes)}")
+        plan = plan_restart(config.directory, healthy=healthy, global_batch=config.global_batch)
+    raise RuntimeError(f"gave up after {max_restarts} restarts; the last attempt:\n{describe_outcomes(outcomes)}")
     # END SOLUTION
 
 
@@ -606,7 +731,16 @@ def replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, *, step: 
     sending it sends the live tensors. The data order and this kit's randomness are functions of the step.
     """
     # BEGIN SOLUTION: Task 10.6 (replica state)
-    raise NotImplementedError
+    names = {id(p): name for name, p in module.named_parameters()}
+    state: dict[str, Any] = {"step": int(step)}
+    for name, p in module.named_parameters():
+        state[f"param/{name}"] = p.data
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                state[f"optim/{names[id(p)]}/{key}"] = value
+    state["optim_groups"] = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    return state
     # END SOLUTION
 
 
@@ -615,7 +749,32 @@ def load_replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, stat
     for parameters; optimizer state entries are created where missing. Returns ``state["step"]``. Raises
     ``KeyError`` naming the first parameter or optimizer entry ``state`` lacks."""
     # BEGIN SOLUTION: Task 10.6 (replica state)
-    raise NotImplementedError
+    names = {id(p): name for name, p in module.named_parameters()}
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if f"param/{name}" not in state:
+                raise KeyError(f"state has no 'param/{name}'")
+            p.copy_(state[f"param/{name}"])
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                prefix = f"optim/{names[id(p)]}/"
+                mine = optimizer.state[p]
+                for key in mine:
+                    if prefix + key not in state:
+                        raise KeyError(f"state has no '{prefix}{key}'")
+                for key, value in state.items():
+                    if not key.startswith(prefix):
+                        continue
+                    entry = key[len(prefix) :]
+                    if isinstance(value, torch.Tensor) and isinstance(mine.get(entry), torch.Tensor):
+                        mine[entry].copy_(value)
+                    elif isinstance(value, torch.Tensor):  # AdamW keeps ``step`` on the CPU, the rest with p
+                        mine[entry] = value.to(p.device if value.dim() else "cpu", copy=True)
+                    else:
+                        mine[entry] = value
+    for group, saved in zip(optimizer.param_groups, state.get("optim_groups", [])):
+        group.update(saved)
+    return int(state["step"])
     # END SOLUTION
 
 
@@ -632,7 +791,46 @@ def send_replica_state(state: dict[str, Any], *, src: int, dst: int, group: dist
     not in ``group``, before communicating.
     """
     # BEGIN SOLUTION: Task 10.6 (state transfer)
-    raise NotImplementedError
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    for name, r in (("src", src), ("dst", dst)):
+        if r not in ranks:
+            raise ValueError(f"{name} ({r}) is not a rank of group {ranks}")
+    if src == dst:
+        raise ValueError(f"src and dst must differ, both are {src}")
+    me = dist.get_rank()
+    if me not in (src, dst):
+        return state
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else None
+    device = device or torch.device("cpu")
+    if me == src:
+        tensors = sorted((k, v) for k, v in state.items() if isinstance(v, torch.Tensor))
+        header = {"tensors": [(k, tuple(v.shape), v.dtype) for k, v in tensors],
+                  "values": {k: v for k, v in state.items() if not isinstance(v, torch.Tensor)}}  # fmt: skip
+        blob = torch.frombuffer(bytearray(pickle.dumps(header)), dtype=torch.uint8).to(device)
+        dist.send(torch.tensor([blob.numel()], dtype=torch.int64, device=device), dst, group=group)
+        dist.send(blob, dst, group=group)
+        for _, t in tensors:
+            if t.numel():
+                dist.send(t.detach().to(device).contiguous(), dst, group=group)
+        return state
+    size = torch.empty(1, dtype=torch.int64, device=device)
+    dist.recv(size, src, group=group)
+    blob = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    dist.recv(blob, src, group=group)
+    header = pickle.loads(blob.cpu().numpy().tobytes())
+    received = dict(header["values"])
+    for key, shape, dtype in header["tensors"]:
+        mine = state.get(key)
+        fits = isinstance(mine, torch.Tensor) and tuple(mine.shape) == shape and mine.dtype == dtype
+        into = mine if fits and mine.device == device and mine.is_contiguous() else None
+        buf = into if into is not None else torch.empty(shape, dtype=dtype, device=device)
+        if buf.numel():
+            dist.recv(buf, src, group=group)
+        if fits and into is None:
+            mine.copy_(buf)
+            buf = mine
+        received[key] = buf
+    return received
     # END SOLUTION
 
 
@@ -646,5 +844,15 @@ def recover_replica(module: nn.Module, optimizer: torch.optim.Optimizer, step: i
     argument is ignored). At group size 1 there is no healthy replica: ``ValueError``.
     """
     # BEGIN SOLUTION: Task 10.6 (live recovery)
-    raise NotImplementedError
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    if replaced not in ranks:
+        raise ValueError(f"replaced ({replaced}) is not a rank of group {ranks}")
+    if len(ranks) == 1:
+        raise ValueError("a group of one rank has no healthy replica to recover from")
+    healthy = ranks[(ranks.index(replaced) + 1) % len(ranks)]
+    me = dist.get_rank()
+    if me not in (healthy, replaced):
+        return step
+    received = send_replica_state(replica_state(module, optimizer, step=step), src=healthy, dst=replaced, group=group)
+    return load_replica_state(module, optimizer, received) if me == replaced else step
     # END SOLUTION
