@@ -36,6 +36,7 @@ from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visi
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
 from scripts.grading.staff import path_of
+from scripts.grading.summary import headline, write_summary
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
@@ -68,9 +69,13 @@ def _entry_output(entry, limit: int) -> str:
 
 def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float) -> dict:
     entries, warnings = score(rubric, record.items, record.outcomes)
-    tests, per_part = [], {}
+    tests, per_part, dashboard = [], {}, []
     counters: dict[int, int] = {}
     for e in entries:
+        # For the batch dashboard (scripts/grading/summary.py): tasks, cases, each failing case's headline.
+        dashboard.append({"name": e.function, "part": e.part.number, "pool": e.pool, "tasks": sorted(e.tasks),
+                          "passed": e.passed, "cases": len(e.counted),
+                          "failures": [headline(c[2]) for c in e.counted if c[1] != "passed"][:10]})  # fmt: skip
         counters[e.part.number] = counters.get(e.part.number, 0) + 1
         tests.append({
             "name": e.function + (" (hidden test)" if e.pool == "hidden" else ""),
@@ -92,7 +97,7 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
         "output_format": "text", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"parts": {n: [round(g, 3), round(m, 3)] for n, (g, m) in per_part.items()},
                        "seconds": {n: round(t, 1) for n, t in record.spent.items()},
-                       "warnings": warnings, "restarts": record.restarts},
+                       "warnings": warnings, "restarts": record.restarts, "entries": dashboard},
     }  # fmt: skip
 
 
@@ -244,7 +249,7 @@ def _batch(args) -> int:
                               cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
         return sub, out, proc.returncode, time.monotonic() - start
 
-    rows = []
+    rows, results = [], {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool, tqdm(total=len(subs), unit="submission") as bar:
         for fut in as_completed([pool.submit(one, s) for s in subs]):
             sub, out, code, seconds = fut.result()
@@ -252,6 +257,7 @@ def _batch(args) -> int:
                 res = json.loads(out.read_text())
             except (OSError, ValueError):
                 res = {"score": 0, "tests": []}
+            results[sub.name] = res
             parts = res.get("extra_data", {}).get("parts", {})
             rows.append({"submission": sub.name, "score": res.get("score", 0),
                          "max_score": round(sum(t.get("max_score", 0) for t in res.get("tests", [])), 2),
@@ -269,6 +275,8 @@ def _batch(args) -> int:
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
+    write_summary(results, out_dir)  # the staff dashboard: pass rates per task and test, commonest failures
+    print(f"dashboard: {out_dir / 'summary.md'} (pass rates, commonest failures) and {out_dir / 'grades.png'}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
