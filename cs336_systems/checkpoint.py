@@ -122,9 +122,11 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
       3. group rank 0 commits only after every rank has reported its files complete (their sizes and
          checksums): it writes the global metadata, and last of all ``COMMIT_MARKER``, whose content
          identifies the metadata (e.g. its checksum), so a marker from another save does not commit it.
+         Putting the marker in place (its rename) is the save's last change to the filesystem.
 
     A rank killed at any moment leaves the previous checkpoint loadable and this one without a valid
-    marker (torn). Saving a step that already exists replaces it only once the new one is committed.
+    marker (torn). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
+    rank 0 before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
     ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key.
@@ -224,8 +226,9 @@ def capture_training_state(step: int, *, sampler: DistributedSampler | None = No
 
         "step"          the step counter ``step``
         "rng.python"    ``random.getstate()``
-        "rng.torch"     ``torch.get_rng_state()`` (the CPU generator)
-        "rng.cuda"      ``torch.cuda.get_rng_state_all()`` when CUDA is initialized (else absent)
+        "rng.torch"     ``torch.get_rng_state()`` (the CPU generator) as ``bytes``
+        "rng.cuda"      ``torch.cuda.get_rng_state_all()`` as a list of ``bytes``, when CUDA is
+                        initialized (else absent)
         "sampler"       ``sampler.state_dict()`` when a sampler is given (else absent)
 
     Each rank captures its own generators (they differ between ranks: dropout masks per rank).
@@ -386,7 +389,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create ``optimizer``'s per-parameter state without changing the parameters (one step with zero
     grads and learning rate 0, grads then reset to ``None``), so ``optimizer_state`` has tensors to load
     into. Parameters that already have state are left as they are."""
-    params = [p for g in optimizer.param_groups for p in g["params"] if not optimizer.state.get(p)]
+    params = {id(p) for g in optimizer.param_groups for p in g["params"] if not optimizer.state.get(p)}
     if not params:
         return
     saved_lrs = [g["lr"] for g in optimizer.param_groups]
@@ -395,7 +398,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
         g["lr"] = 0.0
     for g in optimizer.param_groups:
         for p in g["params"]:
-            p.grad = torch.zeros_like(p) if p in params else None
+            p.grad = torch.zeros_like(p) if id(p) in params else None
     optimizer.step()
     for g, lr in zip(optimizer.param_groups, saved_lrs):
         g["lr"] = lr

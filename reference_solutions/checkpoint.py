@@ -37,10 +37,12 @@ per-parameter state, boxed like its parameter) and ``init_optimizer_state``.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 import pickle
 import random
+import shutil
 import threading
 import zlib
 from collections.abc import Iterator
@@ -107,6 +109,153 @@ def step_directory(directory: str | os.PathLike, step: int) -> Path:
     return Path(directory) / f"step_{step:08d}"
 
 
+# BEGIN SOLUTION
+# ---------------------------------------------------------------------------------------------
+# Private plumbing shared by save, verify and load.
+#
+# A step folder holds, per group rank r, ``rank_<r:05d>.data``: the raw bytes of the boxes r writes,
+# one after the other, then r's pickled non-tensor values ("objects"). ``metadata.json`` (group rank
+# 0) lists, per rank, that file's size and, per box, key, dtype, shapes, offsets, where its bytes
+# start and the CRC32 of each block. ``COMMITTED`` holds the step and the metadata's own CRC32.
+# ---------------------------------------------------------------------------------------------
+
+_METADATA = "metadata.json"
+_OBJECTS = "__objects__"  # the pseudo-key of a rank's pickled non-tensor values
+
+
+def _data_name(rank: int) -> str:
+    return f"rank_{rank:05d}.data"
+
+
+def _as_bytes(t: torch.Tensor) -> memoryview:
+    """The row-major bytes of ``t`` (on CPU), without a copy when it is already contiguous on CPU."""
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+
+
+def _block_crcs(data: memoryview | bytes) -> list[int]:
+    return [zlib.crc32(data[i : i + CHECKSUM_BLOCK_BYTES]) for i in range(0, len(data), CHECKSUM_BLOCK_BYTES)]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, chunks: list) -> None:
+    """Write ``chunks`` to ``path`` so the name never points at a partial file: a temporary name,
+    flush + fsync, then ``os.replace``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for chunk in chunks:
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name.removeprefix("torch."))
+
+
+def _check_box(key: str, shard: Shard) -> None:
+    local, shape, offsets = shard.local, shard.global_shape, shard.offsets
+    if len(shape) != local.dim() or len(offsets) != local.dim():
+        raise ValueError(f"state[{key!r}]: the box's offsets {offsets} and global shape {shape} must have "
+                         f"local's {local.dim()} dimensions")  # fmt: skip
+    if any(o < 0 or o + n > s for o, n, s in zip(offsets, local.shape, shape)):
+        raise ValueError(f"state[{key!r}]: the box at offsets {offsets} of shape {tuple(local.shape)} does not "
+                         f"fit in the global shape {shape}")  # fmt: skip
+
+
+def _group_info(group) -> tuple[int, int, list[int]]:
+    """(my rank in ``group``, its size, its global ranks) — (0, 1, [0]) without a process group."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 0, 1, [0]
+    ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+    return ranks.index(dist.get_rank()), len(ranks), ranks
+
+
+def _all_gather_object(obj, group, world: int) -> list:
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def _broadcast_object(obj, group, world: int, ranks: list[int]):
+    if world == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=ranks[0], group=group)
+    return box[0]
+
+
+def _read_committed(folder: Path, check_sizes: bool = True) -> dict:
+    """The metadata of a committed step folder, or ``TornCheckpoint`` saying what is wrong."""
+    if not folder.is_dir():
+        raise TornCheckpoint(f"{folder}: missing (no such checkpoint folder)")
+    marker = folder / COMMIT_MARKER
+    try:
+        commit = json.loads(marker.read_text())
+    except FileNotFoundError:
+        raise TornCheckpoint(f"{folder}: no {COMMIT_MARKER} marker (the save never committed)") from None
+    except (ValueError, OSError) as exc:
+        raise TornCheckpoint(f"{folder}: unreadable {COMMIT_MARKER} marker ({exc})") from None
+    try:
+        raw = (folder / _METADATA).read_bytes()
+    except FileNotFoundError:
+        raise TornCheckpoint(f"{folder}: {_METADATA} is missing") from None
+    if not isinstance(commit, dict) or commit.get("metadata_crc32") != zlib.crc32(raw):
+        raise TornCheckpoint(f"{folder}: the {COMMIT_MARKER} marker does not match {_METADATA} (checksum mismatch)")
+    meta = json.loads(raw)
+    if check_sizes:
+        for r, info in enumerate(meta["ranks"]):
+            path = folder / info["file"]
+            if not path.is_file():
+                raise TornCheckpoint(f"{folder}: rank {r}'s file {info['file']} is missing")
+            if path.stat().st_size != info["size"]:
+                raise TornCheckpoint(f"{folder}: rank {r}'s file {info['file']} has {path.stat().st_size} bytes, "
+                                     f"the metadata says {info['size']}")  # fmt: skip
+    return meta
+
+
+def _check_blocks(data: bytes, first_block: int, crcs: list[int], what: str) -> None:
+    for i in range(0, len(data), CHECKSUM_BLOCK_BYTES):
+        block = first_block + i // CHECKSUM_BLOCK_BYTES
+        if zlib.crc32(data[i : i + CHECKSUM_BLOCK_BYTES]) != crcs[block]:
+            raise TornCheckpoint(f"checksum mismatch in {what} (block {block})")
+
+
+def _runs(box_off, box_shape, lo, hi) -> list[tuple[int, int]]:
+    """Element ranges ``[a, b)`` of a saved box's row-major data that hold the intersection
+    ``[lo, hi)`` (global coordinates), maximal and in the intersection's own row-major order."""
+    dims = len(box_shape)
+    if dims == 0:
+        return [(0, 1)]
+    rel_lo = [lo[d] - box_off[d] for d in range(dims)]
+    ext = [hi[d] - lo[d] for d in range(dims)]
+    k = dims - 1  # the dims after k are covered whole, so one run spans dim k's range and everything inside
+    while k > 0 and ext[k] == box_shape[k]:
+        k -= 1
+    strides = [1] * dims
+    for d in range(dims - 2, -1, -1):
+        strides[d] = strides[d + 1] * box_shape[d + 1]
+    length = ext[k] * strides[k]
+    runs = []
+    for outer in itertools.product(*[range(e) for e in ext[:k]]):
+        start = sum((rel_lo[d] + outer[d]) * strides[d] for d in range(k)) + rel_lo[k] * strides[k]
+        runs.append((start, start + length))
+    return runs
+
+
+# END SOLUTION
+
+
 # ---------------------------------------------------------------------------------------------
 # ## Task 10.1: sharded, atomic save
 # ---------------------------------------------------------------------------------------------
@@ -128,15 +277,89 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
       3. group rank 0 commits only after every rank has reported its files complete (their sizes and
          checksums): it writes the global metadata, and last of all ``COMMIT_MARKER``, whose content
          identifies the metadata (e.g. its checksum), so a marker from another save does not commit it.
+         Putting the marker in place (its rename) is the save's last change to the filesystem.
 
     A rank killed at any moment leaves the previous checkpoint loadable and this one without a valid
-    marker (torn). Saving a step that already exists replaces it only once the new one is committed.
+    marker (torn). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
+    rank 0 before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
     ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key.
     """
     # BEGIN SOLUTION: Task 10.1 (sharded atomic save)
-    raise NotImplementedError
+    me, world, ranks = _group_info(group)
+    folder = step_directory(directory, step)
+    # Bad input is refused here, on every rank, before any message or file.
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an int >= 0, got {step!r}")
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, got {type(state).__name__}")
+    objects, boxes = {}, []
+    for key, value in state.items():
+        if isinstance(value, (Shard, torch.Tensor)):
+            continue
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise ValueError(f"state[{key!r}] is neither a Shard, a tensor nor picklable ({exc})") from None
+        objects[key] = value
+    for key, shard in _iter_tensors(state):
+        _check_box(key, shard)
+        boxes.append((key, str(shard.local.dtype), shard.global_shape, shard.offsets, tuple(shard.local.shape)))
+    # Plan: agree on every key's dtype and global shape, and on who writes which box.
+    plans = _all_gather_object(boxes, group, world)
+    seen: dict[str, tuple] = {}
+    writer: dict[tuple, int] = {}  # (key, offsets, shape) -> the lowest group rank holding it
+    for r, rank_boxes in enumerate(plans):
+        for key, dtype, shape, offsets, local_shape in rank_boxes:
+            if seen.setdefault(key, (dtype, shape)) != (dtype, shape):
+                raise ValueError(f"state[{key!r}]: ranks disagree on its dtype/global shape: "
+                                 f"{seen[key]} and {(dtype, shape)} (rank {r})")  # fmt: skip
+            writer.setdefault((key, offsets, local_shape), r)
+    # A leftover folder of this step (a torn save, an older save) goes before anyone writes.
+    if me == 0:
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+    _all_gather_object(None, group, world)  # the folder exists and is empty from here on
+    # Write this rank's boxes, then its objects, into one file (temporary name, fsync, rename).
+    chunks, entries, offset = [], [], 0
+    for key, shard in _iter_tensors(state):
+        if writer[(key, shard.offsets, tuple(shard.local.shape))] != me:
+            continue  # a replica: the lowest group rank holding this box writes it
+        data = _as_bytes(shard.local)
+        entries.append({"key": key, "dtype": str(shard.local.dtype), "global_shape": list(shard.global_shape),
+                        "offsets": list(shard.offsets), "shape": list(shard.local.shape), "start": offset,
+                        "nbytes": len(data), "crcs": _block_crcs(data)})  # fmt: skip
+        chunks.append(data)
+        offset += len(data)
+    blob = pickle.dumps(objects)
+    entries.append({"key": _OBJECTS, "start": offset, "nbytes": len(blob), "crcs": _block_crcs(blob)})
+    chunks.append(blob)
+    _write_atomically(folder / _data_name(me), chunks)
+    report = {"file": _data_name(me), "size": offset + len(blob), "boxes": entries}
+    # Commit: group rank 0 checks every rank's report against the files, writes the metadata, then the marker.
+    reports = _all_gather_object(report, group, world)
+    verdict = None
+    if me == 0:
+        try:
+            for r, rep in enumerate(reports):
+                path = folder / rep["file"]
+                if not path.is_file() or path.stat().st_size != rep["size"]:
+                    raise TornCheckpoint(f"{folder}: rank {r}'s file {rep['file']} is missing or incomplete")
+            raw = json.dumps({"step": step, "world_size": world, "block_bytes": CHECKSUM_BLOCK_BYTES,
+                              "ranks": reports}).encode()  # fmt: skip
+            _write_atomically(folder / _METADATA, [raw])
+            _write_atomically(
+                folder / COMMIT_MARKER, [json.dumps({"step": step, "metadata_crc32": zlib.crc32(raw)}).encode()]
+            )
+            _fsync_dir(folder)
+        except Exception as exc:  # every rank raises it, not only rank 0
+            verdict = f"{type(exc).__name__}: {exc}"
+    verdict = _broadcast_object(verdict, group, world, ranks)
+    if verdict is not None:
+        raise TornCheckpoint(f"the save of step {step} did not commit: {verdict}")
+    return folder
     # END SOLUTION
 
 
@@ -146,7 +369,17 @@ def latest_checkpoint(directory: str | os.PathLike) -> int | None:
     steps are skipped. ``None`` when there is none (or ``directory`` does not exist). Reads files
     only (no checksums of tensor data, no process group)."""
     # BEGIN SOLUTION: Task 10.1 (sharded atomic save)
-    raise NotImplementedError
+    root = Path(directory)
+    if not root.is_dir():
+        return None
+    steps = sorted((int(p.name[5:]) for p in root.glob("step_*") if p.name[5:].isdigit()), reverse=True)
+    for step in steps:
+        try:
+            _read_committed(step_directory(root, step))
+        except (TornCheckpoint, ValueError, KeyError, TypeError):
+            continue
+        return step
+    return None
     # END SOLUTION
 
 
@@ -156,7 +389,19 @@ def verify_checkpoint(directory: str | os.PathLike, step: int) -> None:
     or corrupt (e.g. ``"no COMMITTED marker"``, a rank's file, ``"checksum mismatch in key 'w'"``).
     A step that was never saved is torn too ("missing"). Reads files only."""
     # BEGIN SOLUTION: Task 10.1 (sharded atomic save)
-    raise NotImplementedError
+    folder = step_directory(directory, step)
+    try:
+        meta = _read_committed(folder)
+    except (ValueError, KeyError, TypeError) as exc:  # a marker that matches unreadable metadata
+        raise TornCheckpoint(f"{folder}: unreadable {_METADATA} ({exc})") from None
+    for info in meta["ranks"]:
+        data = (folder / info["file"]).read_bytes()
+        for box in info["boxes"]:
+            what = "the non-tensor values" if box["key"] == _OBJECTS else f"key {box['key']!r}"
+            piece = data[box["start"] : box["start"] + box["nbytes"]]
+            if len(piece) != box["nbytes"]:
+                raise TornCheckpoint(f"{folder}: {info['file']} is too short for {what}")
+            _check_blocks(piece, 0, box["crcs"], f"{what} of {folder / info['file']}")
     # END SOLUTION
 
 
@@ -186,7 +431,101 @@ def load_checkpoint(state: dict, directory: str | os.PathLike, step: int | None 
     global shape or dtype differs from the saved one.
     """
     # BEGIN SOLUTION: Task 10.2 (resharding load)
-    raise NotImplementedError
+    me, world, ranks = _group_info(group)
+    # Group rank 0 picks the step and checks it is committed; every rank gets the same answer.
+    answer = None
+    if me == 0:
+        try:
+            chosen = latest_checkpoint(directory) if step is None else step
+            if chosen is None:
+                raise FileNotFoundError(f"no committed checkpoint under {directory}")
+            _read_committed(step_directory(directory, chosen))
+            answer = ("ok", chosen)
+        except (FileNotFoundError, TornCheckpoint) as exc:
+            answer = (type(exc).__name__, str(exc))
+    kind, value = _broadcast_object(answer, group, world, ranks)
+    if kind != "ok":
+        raise (FileNotFoundError if kind == "FileNotFoundError" else TornCheckpoint)(value)
+    folder = step_directory(directory, value)
+    meta = _read_committed(folder)
+    saved: dict[str, list[tuple[str, dict]]] = {}  # key -> [(file, box entry)]
+    for info in meta["ranks"]:
+        for box in info["boxes"]:
+            saved.setdefault(box["key"], []).append((info["file"], box))
+    # Every read is a run of whole checksum blocks of one saved box; collect them per (file, box).
+    for key, shard in _iter_tensors(state):
+        if key not in saved:
+            raise KeyError(f"state[{key!r}]: the checkpoint of step {value} has no such key")
+        first = saved[key][0][1]
+        if tuple(first["global_shape"]) != shard.global_shape or _dtype(first["dtype"]) != shard.local.dtype:
+            raise ValueError(f"state[{key!r}]: global shape {shard.global_shape} and dtype {shard.local.dtype} differ "
+                             f"from the saved {tuple(first['global_shape'])}, {first['dtype']}")  # fmt: skip
+        _check_box(key, shard)
+        want_lo = shard.offsets
+        want_hi = tuple(o + n for o, n in zip(shard.offsets, shard.local.shape))
+        covered = 0
+        for name, box in saved[key]:
+            lo = tuple(max(a, b) for a, b in zip(want_lo, box["offsets"]))
+            hi = tuple(min(a, b + n) for a, b, n in zip(want_hi, box["offsets"], box["shape"]))
+            if any(h <= lo_ for lo_, h in zip(lo, hi)):
+                continue
+            itemsize = shard.local.element_size()
+            runs = [(a * itemsize, b * itemsize) for a, b in _runs(box["offsets"], box["shape"], lo, hi)]
+            # The blocks these runs touch, merged into ranges: each byte is read once, checked once.
+            blocks = sorted(
+                {i for a, b in runs for i in range(a // CHECKSUM_BLOCK_BYTES, -(-b // CHECKSUM_BLOCK_BYTES))}
+            )
+            ranges = []
+            for i in blocks:
+                if ranges and ranges[-1][1] == i:
+                    ranges[-1][1] = i + 1
+                else:
+                    ranges.append([i, i + 1])
+            got: dict[int, bytes] = {}  # block index -> bytes
+            with open(folder / name, "rb") as f:
+                for b0, b1 in ranges:
+                    start = box["start"] + b0 * CHECKSUM_BLOCK_BYTES
+                    stop = box["start"] + min(b1 * CHECKSUM_BLOCK_BYTES, box["nbytes"])
+                    f.seek(start)
+                    data = f.read(stop - start)
+                    if reads is not None:
+                        reads.append((name, start, stop))
+                    if len(data) != stop - start:
+                        raise TornCheckpoint(f"{folder / name} is too short for key {key!r}")
+                    _check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")
+                    for j in range(b0, b1):
+                        got[j] = data[(j - b0) * CHECKSUM_BLOCK_BYTES : (j - b0 + 1) * CHECKSUM_BLOCK_BYTES]
+            piece = bytearray()
+            for a, b in runs:
+                for j in range(a // CHECKSUM_BLOCK_BYTES, -(-b // CHECKSUM_BLOCK_BYTES)):
+                    base = j * CHECKSUM_BLOCK_BYTES
+                    piece += got[j][max(a, base) - base : min(b, base + CHECKSUM_BLOCK_BYTES) - base]
+            empty = torch.empty(0, dtype=shard.local.dtype, device="cpu")
+            region = torch.frombuffer(piece, dtype=shard.local.dtype) if piece else empty
+            region = region.view([h - lo_ for lo_, h in zip(lo, hi)])
+            target = shard.local[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, want_lo))]
+            with torch.no_grad():
+                target.copy_(region)
+            covered += region.numel()
+        if covered != shard.local.numel():
+            raise KeyError(f"state[{key!r}]: the checkpoint does not hold all of the box at offsets "
+                           f"{shard.offsets} of shape {tuple(shard.local.shape)} ({covered} of "
+                           f"{shard.local.numel()} elements)")  # fmt: skip
+    # Non-tensor values: this group rank's own, or group rank 0's if the checkpoint had fewer ranks.
+    wanted = [k for k, v in state.items() if not isinstance(v, (Shard, torch.Tensor))]
+    if not wanted:
+        return {}
+    info = meta["ranks"][me if me < len(meta["ranks"]) else 0]
+    box = next(b for b in info["boxes"] if b["key"] == _OBJECTS)
+    with open(folder / info["file"], "rb") as f:
+        f.seek(box["start"])
+        blob = f.read(box["nbytes"])
+    _check_blocks(blob, 0, box["crcs"], f"the non-tensor values of {folder / info['file']}")
+    objects = pickle.loads(blob)
+    missing = [k for k in wanted if k not in objects]
+    if missing:
+        raise KeyError(f"the checkpoint of step {value} has no value for {missing}")
+    return {k: objects[k] for k in wanted}
     # END SOLUTION
 
 
@@ -238,15 +577,25 @@ def capture_training_state(step: int, *, sampler: DistributedSampler | None = No
 
         "step"          the step counter ``step``
         "rng.python"    ``random.getstate()``
-        "rng.torch"     ``torch.get_rng_state()`` (the CPU generator)
-        "rng.cuda"      ``torch.cuda.get_rng_state_all()`` when CUDA is initialized (else absent)
+        "rng.torch"     ``torch.get_rng_state()`` (the CPU generator) as ``bytes``
+        "rng.cuda"      ``torch.cuda.get_rng_state_all()`` as a list of ``bytes``, when CUDA is
+                        initialized (else absent)
         "sampler"       ``sampler.state_dict()`` when a sampler is given (else absent)
 
     Each rank captures its own generators (they differ between ranks: dropout masks per rank).
     Values are copies: training on does not change them.
     """
     # BEGIN SOLUTION: Task 10.3 (exact resume)
-    raise NotImplementedError
+    state = {
+        "step": int(step),
+        "rng.python": random.getstate(),
+        "rng.torch": torch.get_rng_state().numpy().tobytes(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["rng.cuda"] = [s.numpy().tobytes() for s in torch.cuda.get_rng_state_all()]
+    if sampler is not None:
+        state["sampler"] = copy.deepcopy(sampler.state_dict())
+    return state
     # END SOLUTION
 
 
@@ -256,7 +605,21 @@ def restore_training_state(saved: dict, *, sampler: DistributedSampler | None = 
     ``KeyError`` naming the missing entry ("rng.torch", "sampler", ...) if ``saved`` lacks one that
     is needed ("rng.cuda" is needed only when CUDA is initialized here)."""
     # BEGIN SOLUTION: Task 10.3 (exact resume)
-    raise NotImplementedError
+    needed = ["step", "rng.python", "rng.torch"]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        needed.append("rng.cuda")
+    if sampler is not None:
+        needed.append("sampler")
+    missing = [k for k in needed if k not in saved]
+    if missing:
+        raise KeyError(f"the saved training state lacks {', '.join(repr(k) for k in missing)}")
+    random.setstate(saved["rng.python"])
+    torch.set_rng_state(torch.frombuffer(bytearray(saved["rng.torch"]), dtype=torch.uint8))
+    if "rng.cuda" in needed:
+        torch.cuda.set_rng_state_all([torch.frombuffer(bytearray(s), dtype=torch.uint8) for s in saved["rng.cuda"]])
+    if sampler is not None:
+        sampler.load_state_dict(copy.deepcopy(saved["sampler"]))
+    return int(saved["step"])
     # END SOLUTION
 
 
@@ -282,19 +645,50 @@ class AsyncCheckpointer:
 
     def __init__(self, directory: str | os.PathLike, *, group: dist.ProcessGroup | None = None) -> None:
         # BEGIN SOLUTION: Task 10.4 (async save)
-        raise NotImplementedError
+        self.directory = Path(directory)
+        _, world, ranks = _group_info(group)
+        # The background thread's collectives get a group of their own (new_group is collective).
+        self._group = dist.new_group(ranks) if world > 1 else group
+        self._thread: threading.Thread | None = None
+        self._result: Path | None = None
+        self._error: BaseException | None = None
         # END SOLUTION
 
     def save(self, state: dict, step: int) -> None:
         """Stage ``state`` (blocking), then write it as ``step`` in the background."""
         # BEGIN SOLUTION: Task 10.4 (async save)
-        raise NotImplementedError
+        self.wait()
+        staged = {}  # the blocking part: copies of everything, off the training tensors
+        for key, value in state.items():
+            if isinstance(value, Shard):
+                staged[key] = Shard(value.local.detach().to("cpu", copy=True), value.global_shape, value.offsets)
+            elif isinstance(value, torch.Tensor):
+                staged[key] = value.detach().to("cpu", copy=True)
+            else:
+                staged[key] = copy.deepcopy(value)
+        self._result, self._error = None, None
+
+        def write() -> None:
+            try:
+                self._result = save_checkpoint(staged, self.directory, step, group=self._group)
+            except BaseException as exc:  # handed to the caller by wait()
+                self._error = exc
+
+        self._thread = threading.Thread(target=write, name=f"checkpoint-step-{step}", daemon=True)
+        self._thread.start()
         # END SOLUTION
 
     def wait(self) -> Path | None:
         """Block until the save in flight is committed; its step folder, or None."""
         # BEGIN SOLUTION: Task 10.4 (async save)
-        raise NotImplementedError
+        if self._thread is None:
+            return None
+        self._thread.join()
+        self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return self._result
         # END SOLUTION
 
     def close(self) -> None:
@@ -410,7 +804,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     """Create ``optimizer``'s per-parameter state without changing the parameters (one step with zero
     grads and learning rate 0, grads then reset to ``None``), so ``optimizer_state`` has tensors to load
     into. Parameters that already have state are left as they are."""
-    params = [p for g in optimizer.param_groups for p in g["params"] if not optimizer.state.get(p)]
+    params = {id(p) for g in optimizer.param_groups for p in g["params"] if not optimizer.state.get(p)}
     if not params:
         return
     saved_lrs = [g["lr"] for g in optimizer.param_groups]
@@ -419,7 +813,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
         g["lr"] = 0.0
     for g in optimizer.param_groups:
         for p in g["params"]:
-            p.grad = torch.zeros_like(p) if p in params else None
+            p.grad = torch.zeros_like(p) if id(p) in params else None
     optimizer.step()
     for g, lr in zip(optimizer.param_groups, saved_lrs):
         g["lr"] = lr

@@ -1,0 +1,393 @@
+"""The Part 10 checkpoint oracle: seeded global tensors, the boxes each layout gives a rank, the bytes
+a resharding load needs, and two rank-side tools that judge a save from the outside.
+
+    from tests.oracles.checkpoint import (CrashInjector, WriteGate, global_tensors, layout, rank_state,
+                                          read_budget, unique_bytes)
+
+Layouts (``layout(scheme, rank, world)``), each a dict ``key -> (global_shape, offsets, local_shape)``:
+    "fsdp"       every weight flattened and split FSDP-style (chunk ceil(n/N), padding dropped), the
+                 biases whole; with Adam state boxed like the weights and a 0-d step per weight
+    "tp"         "tp<T>" on N ranks: dp = N / T replicas of a column weight split on dim 0 and a row
+                 weight split on dim 1 (T = N: tensor parallelism alone; T = 1: dense, plain DDP)
+    "zero"       parameters whole everywhere, each Adam state tensor whole on its owner only (ZeRO-1/2)
+    "ddp"        everything of "zero", whole, on every rank (where a ZeRO checkpoint loads)
+
+``CrashInjector`` kills (simulates killing) one rank at its j-th file operation of a save without
+leaving the others hanging; ``WriteGate`` holds a background thread's file writes until released.
+Both work on any implementation: they patch ``open`` and ``os.replace``/``os.rename`` and the process
+group's methods, nothing of the implementation. Used by tests/test_checkpoint.py and
+tests/staff/hidden/test_checkpoint_hidden.py.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+BLOCK = 4096  # CHECKSUM_BLOCK_BYTES of the stub: a load may read whole blocks around what it needs
+
+# key -> (shape, dtype) of the model/optimizer tensors every layout is cut from. "big" makes reads
+# measurable (48 KiB: several checksum blocks per rank); "tiny" has fewer elements than ranks.
+_FSDP_WEIGHTS = {"model.big.weight": ((64, 96), torch.float64), "model.fc.weight": ((7, 5), torch.float64),
+                 "model.emb.weight": ((13, 4), torch.bfloat16),
+                 "model.tiny.weight": ((3, 1), torch.float64)}  # fmt: skip
+_BIASES = {"model.fc.bias": ((7,), torch.float64), "model.counts": ((10,), torch.int64)}
+_TP = {"tp.col.weight": ((24, 40), torch.float64), "tp.col.bias": ((24,), torch.float64),
+       "tp.row.weight": ((40, 24), torch.float64), "tp.row.bias": ((40,), torch.float64)}  # fmt: skip
+_ZERO_PARAMS = {f"model.p{i}": (shape, torch.float64) for i, shape in enumerate([(33, 17), (9,), (5, 6), (200,)])}
+OBJECTS = {"step": 7, "config": {"lr": 0.1, "schedule": ["warmup", 3]}}
+
+
+def specs(scheme: str) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """key -> (global shape, dtype) of a scheme's tensors (FSDP weights flattened)."""
+    if scheme == "fsdp":
+        out = {k: ((s[0] * s[1],), d) for k, (s, d) in _FSDP_WEIGHTS.items()}
+        out |= {f"optim.{k}.exp_avg": v for k, v in out.items() if k != "model.emb.weight"}
+        out |= {f"optim.{k}.step": ((), torch.float32) for k in _FSDP_WEIGHTS if k != "model.emb.weight"}
+        return out | _BIASES
+    if scheme.startswith("tp"):
+        return dict(_TP)
+    out = dict(_ZERO_PARAMS)
+    for k, (s, d) in _ZERO_PARAMS.items():
+        out |= {f"optim.{k}.exp_avg": (s, d), f"optim.{k}.exp_avg_sq": (s, d), f"optim.{k}.step": ((), torch.float32)}
+    return out
+
+
+def global_tensors(scheme: str, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded global tensors of ``scheme`` (distinct values, so byte patterns are unique in a file)."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    out = {}
+    for key, (shape, dtype) in specs(scheme).items():
+        if dtype == torch.int64:
+            out[key] = torch.randint(-(2**40), 2**40, shape, generator=g, dtype=torch.int64)
+        else:
+            out[key] = (torch.randn(shape, generator=g, dtype=torch.float64) + 3).to(dtype)
+    return out
+
+
+def _owner(key: str, world: int) -> int:
+    """ZeRO: which rank owns a parameter's optimizer state (by its index, round robin)."""
+    index = int(key.split(".")[2][1:]) if key.startswith("optim.") else 0
+    return index % world
+
+
+def layout(scheme: str, rank: int, world: int) -> dict[str, tuple[tuple, tuple, tuple]]:
+    """``key -> (global_shape, offsets, local_shape)`` of rank ``rank`` of ``world`` in ``scheme``."""
+    out = {}
+    for key, (shape, _) in specs(scheme).items():
+        whole = (shape, (0,) * len(shape), shape)
+        if scheme == "fsdp" and len(shape) == 1 and key not in _BIASES:
+            (n,) = shape
+            chunk = -(-n // world)
+            start, stop = min(rank * chunk, n), min((rank + 1) * chunk, n)
+            out[key] = (shape, (start,), (stop - start,))
+        elif scheme.startswith("tp"):
+            tp = int(scheme[2:])
+            t = rank % tp  # rank = dp * tp + t: the tp groups are neighbours
+            if key in ("tp.col.weight", "tp.col.bias"):
+                rows = shape[0] // tp
+                out[key] = (shape, (t * rows,) + (0,) * (len(shape) - 1), (rows,) + shape[1:])
+            elif key == "tp.row.weight":
+                cols = shape[1] // tp
+                out[key] = (shape, (0, t * cols), (shape[0], cols))
+            else:
+                out[key] = whole
+        elif scheme == "zero" and key.startswith("optim."):
+            if _owner(key, world) == rank:
+                out[key] = whole
+        else:
+            out[key] = whole
+    return out
+
+
+def split_dim(scheme: str, key: str) -> int | None:
+    """The dimension ``scheme`` splits ``key`` along across ranks (as a DTensor ``Shard(dim)``), or
+    None for a tensor every rank holds whole (``Replicate()``)."""
+    if scheme == "fsdp":
+        return 0 if key in _FSDP_WEIGHTS or (key.startswith("optim.") and key.endswith(".exp_avg")) else None
+    if scheme.startswith("tp"):
+        return {"tp.col.weight": 0, "tp.col.bias": 0, "tp.row.weight": 1}.get(key)
+    return None
+
+
+def rank_state(C, scheme: str, rank: int, world: int, *, seed: int = 0, empty: bool = False,
+               device: torch.device | None = None) -> dict:  # fmt: skip
+    """The state dict rank ``rank`` passes to save (``empty=False``: its boxes of ``global_tensors``)
+    or to load (``empty=True``: zeros in the same boxes), built with the implementation's ``Shard``;
+    plus the non-tensor values (and one that differs per rank)."""
+    tensors = global_tensors(scheme, seed)
+    state = {}
+    for key, (shape, offsets, local_shape) in layout(scheme, rank, world).items():
+        box = tuple(slice(o, o + n) for o, n in zip(offsets, local_shape))
+        local = torch.zeros(local_shape, dtype=tensors[key].dtype, device="cpu") if empty else tensors[key][box].clone()
+        local = local.to(device) if device is not None else local
+        state[key] = local if local_shape == shape and scheme == "ddp" else C.Shard(local, shape, offsets)
+    state |= {k: (0 if empty else v) for k, v in OBJECTS.items()}
+    state["whoami"] = None if empty else f"rank {rank} of {world}"
+    return state
+
+
+def expected_boxes(scheme: str, rank: int, world: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """What each of rank ``rank``'s boxes must hold after a load: the global tensors' slices."""
+    tensors = global_tensors(scheme, seed)
+    return {key: tensors[key][tuple(slice(o, o + n) for o, n in zip(offsets, local))]
+            for key, (_, offsets, local) in layout(scheme, rank, world).items()}  # fmt: skip
+
+
+def unique_bytes(scheme: str, world: int) -> int:
+    """Bytes of tensor data a save of ``scheme`` on ``world`` ranks must write: each distinct box once."""
+    boxes = {}
+    for r in range(world):
+        for key, (_, offsets, local) in layout(scheme, r, world).items():
+            boxes[(key, offsets, local)] = torch.Size(local).numel() * global_tensors(scheme)[key].element_size()
+    return sum(boxes.values())
+
+
+def _saved_boxes(scheme: str, world: int) -> dict[str, list[tuple[tuple, tuple]]]:
+    """key -> the distinct boxes (offsets, shape) a save on ``world`` ranks writes."""
+    out: dict[str, list] = {}
+    for r in range(world):
+        for key, (_, offsets, local) in layout(scheme, r, world).items():
+            if (offsets, local) not in out.setdefault(key, []):
+                out[key].append((offsets, local))
+    return out
+
+
+def read_budget(saved_scheme: str, saved_world: int, load_scheme: str, rank: int, world: int) -> tuple[int, int]:
+    """(bytes rank ``rank`` of ``world`` needs, bytes it may read at most) when loading ``load_scheme``
+    from a checkpoint of ``saved_scheme`` on ``saved_world`` ranks: the needed bytes, and every
+    checksum block (``BLOCK`` bytes from each saved box's first byte) that holds a needed byte."""
+    needed = allowed = 0
+    saved = _saved_boxes(saved_scheme, saved_world)
+    tensors = global_tensors(saved_scheme)
+    for key, (_, offsets, local) in layout(load_scheme, rank, world).items():
+        size = tensors[key].element_size()
+        needed += torch.Size(local).numel() * size
+        for s_off, s_shape in saved[key]:
+            lo = [max(a, b) for a, b in zip(offsets, s_off)]
+            hi = [min(a + n, b + m) for a, n, b, m in zip(offsets, local, s_off, s_shape)]
+            if any(h <= lo_ for lo_, h in zip(lo, hi)):
+                continue
+            index = torch.arange(torch.Size(s_shape).numel()).view(s_shape)
+            index = index[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s_off))].reshape(-1)
+            blocks = torch.cat([index * size // BLOCK, (index * size + size - 1) // BLOCK]).unique()
+            total = torch.Size(s_shape).numel() * size
+            allowed += sum(min(BLOCK, total - int(b) * BLOCK) for b in blocks)
+    return needed, allowed
+
+
+def check_reads(reads: list, folder: Path) -> str | None:
+    """A problem with recorded reads ``(file, start, stop)`` of one rank, or None: each read lies in an
+    existing file of the step folder, and no byte is read twice."""
+    by_file: dict[str, list] = {}
+    for read in reads:
+        if not (isinstance(read, tuple) and len(read) == 3):
+            return f"a read recorded as {read!r}, not (file, start, stop)"
+        name, start, stop = read
+        path = folder / name
+        if not path.is_file():
+            return f"a read of {name!r}, which is not a file of {folder}"
+        if not 0 <= start < stop <= path.stat().st_size:
+            return f"a read of bytes [{start}, {stop}) of {name!r} ({path.stat().st_size} bytes)"
+        by_file.setdefault(name, []).append((start, stop))
+    for name, ranges in by_file.items():
+        ranges.sort()
+        for (_, b0), (a1, b1) in zip(ranges, ranges[1:]):
+            if a1 < b0:
+                return f"bytes [{a1}, {min(b0, b1)}) of {name!r} read twice"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank side: patch file operations and the process group's methods
+# ---------------------------------------------------------------------------------------------
+
+
+class SimulatedCrash(BaseException):
+    """Raised where a rank "dies" (a BaseException: an ``except Exception`` in the code under test
+    does not catch it, as it would not catch a SIGKILL)."""
+
+
+_PG_METHODS = ["allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "_allgather_base",
+               "allgather_into_tensor_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+               "reduce_scatter_tensor_coalesced", "broadcast", "alltoall", "alltoall_base", "barrier",
+               "monitored_barrier", "gather", "scatter", "send", "recv"]  # fmt: skip
+
+
+class _Patches:
+    """Attributes set for a while and put back exactly (a class's own entry, not what getattr returns:
+    a pybind method read through getattr does not bind ``self`` once set back)."""
+
+    _ABSENT = object()
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[object, str, object]] = []
+
+    def set(self, owner, name: str, value) -> None:
+        self.saved.append((owner, name, vars(owner).get(name, self._ABSENT)))
+        setattr(owner, name, value)
+
+    def undo(self) -> None:
+        for owner, name, value in reversed(self.saved):
+            if value is self._ABSENT:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+        self.saved.clear()
+
+
+class CrashInjector:
+    """Count one rank's file operations during a save and kill it before its ``crash_at``-th (0-based):
+    a write() of a file opened for writing under ``root`` (the crash writes half of that buffer
+    first: a torn write), an open for writing there, an ``os.replace``/``os.rename`` there. Other
+    ranks are stopped at the first collective the dead rank never reached, as the processes of a
+    job are when one of them dies. With ``crash_at=None`` nothing is killed: ``ops`` counts.
+
+    The ranks meet through files in ``flags`` (a folder every rank sees): before every process-group
+    call, a rank says it arrived, and waits until every rank has arrived (then it goes on) or the
+    crashed rank has left word that it died before that call (then it raises ``SimulatedCrash``).
+    """
+
+    def __init__(self, root, flags, rank: int, world: int, crash_rank: int, crash_at: int | None) -> None:
+        self.root, self.flags = os.path.abspath(root), Path(flags)
+        self.rank, self.world, self.crash_rank, self.crash_at = rank, world, crash_rank, crash_at
+        self.ops, self.calls, self.crashed = 0, 0, False
+        self._patches = _Patches()
+
+    def _under_root(self, path) -> bool:
+        try:
+            return os.path.abspath(os.fspath(path)).startswith(self.root)
+        except TypeError:
+            return False
+
+    def _op(self) -> None:
+        if self.rank == self.crash_rank and self.crash_at is not None and self.ops >= self.crash_at:
+            self.crashed = True
+            (self.flags / f"crashed_after_{self.calls}").write_text("")
+            raise SimulatedCrash(f"rank {self.rank} killed at its file operation {self.ops}")
+        self.ops += 1
+
+    def __enter__(self):
+        injector = self
+        real_open, real_replace, real_rename = builtins.open, os.replace, os.rename
+
+        class File:
+            def __init__(self, f) -> None:
+                self._f = f
+
+            def write(self, data):
+                if injector.rank == injector.crash_rank and injector.crash_at is not None:
+                    if injector.ops >= injector.crash_at:
+                        view = memoryview(data).cast("B")
+                        self._f.write(view[: len(view) // 2])
+                        self._f.flush()
+                injector._op()
+                return self._f.write(data)
+
+            def __getattr__(self, name):
+                return getattr(self._f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return self._f.__exit__(*exc)
+
+            def __iter__(self):
+                return iter(self._f)
+
+        def patched_open(file, mode="r", *args, **kwargs):
+            if isinstance(file, int) or not any(c in mode for c in "wax+") or not injector._under_root(file):
+                return real_open(file, mode, *args, **kwargs)
+            injector._op()
+            return File(real_open(file, mode, *args, **kwargs))
+
+        def replace(src, dst, *args, real=real_replace, **kwargs):
+            if injector._under_root(dst):
+                injector._op()
+            return real(src, dst, *args, **kwargs)
+
+        self._patches.set(builtins, "open", patched_open)
+        self._patches.set(io, "open", patched_open)
+        self._patches.set(os, "replace", replace)
+        self._patches.set(os, "rename", lambda s, d, *a, **k: replace(s, d, *a, real=real_rename, **k))
+        from torch._C._distributed_c10d import ProcessGroup
+
+        for name in _PG_METHODS:
+            original = vars(ProcessGroup).get(name)
+            if original is not None:
+                self._patches.set(ProcessGroup, name, self._meeting(original))
+        return self
+
+    def _meeting(self, original):
+        injector = self
+
+        def call(*args, **kwargs):
+            index = injector.calls
+            injector.calls += 1
+            (injector.flags / f"arrived_{injector.rank}_{index}").write_text("")
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                if all((injector.flags / f"arrived_{r}_{index}").exists() for r in range(injector.world)):
+                    return original(*args, **kwargs)
+                if any(int(p.name.rsplit("_", 1)[1]) <= index for p in injector.flags.glob("crashed_after_*")):
+                    raise SimulatedCrash(f"rank {injector.rank} stopped: rank {injector.crash_rank} died")
+                time.sleep(0.0005)
+            raise TimeoutError("CrashInjector: the ranks never met")
+
+        return call
+
+    def __exit__(self, *exc):
+        self._patches.undo()
+        return False
+
+
+class WriteGate:
+    """While active, a file opened for writing under ``root`` by any thread but the main one waits
+    until ``release()``: the background write of an asynchronous save starts only when the test says."""
+
+    def __init__(self, root) -> None:
+        self.root, self.event, self.blocked = os.path.abspath(root), threading.Event(), 0
+        self._patches = _Patches()
+
+    def release(self) -> None:
+        self.event.set()
+
+    def __enter__(self):
+        gate, real_open = self, builtins.open
+
+        def patched_open(file, mode="r", *args, **kwargs):
+            if (
+                not isinstance(file, int)
+                and any(c in mode for c in "wax+")
+                and threading.current_thread() is not threading.main_thread()
+                and os.path.abspath(os.fspath(file)).startswith(gate.root)
+            ):
+                gate.blocked += 1
+                if not gate.event.wait(timeout=30):
+                    raise TimeoutError("WriteGate: never released")
+            return real_open(file, mode, *args, **kwargs)
+
+        self._patches.set(builtins, "open", patched_open)
+        self._patches.set(io, "open", patched_open)
+        return self
+
+    def __exit__(self, *exc):
+        self.event.set()
+        self._patches.undo()
+        return False
+
+
+def find_pattern(folder: Path, pattern: bytes) -> tuple[Path, int] | None:
+    """(file, byte offset) of the first occurrence of ``pattern`` in the files of ``folder``."""
+    for path in sorted(folder.iterdir()):
+        at = path.read_bytes().find(pattern)
+        if at >= 0:
+            return path, at
+    return None

@@ -1,0 +1,502 @@
+"""Part 10: checkpoints that survive failures, ``checkpoint`` (handouts/10-failures.md §10.1-10.4).
+
+    pytest tests/test_checkpoint.py                  # your implementation
+    pytest tests/test_checkpoint.py -m task10_2
+
+Ranks save and load the boxes of a layout (FSDP flat shards, DP x TP boxes, ZeRO optimizer state on
+its owner) cut from seeded global tensors; the parent knows those tensors and judges every box of
+every rank, the bytes on disk, and the byte ranges each rank read against what its boxes need.
+Failures are injected from outside the implementation (tests/oracles/checkpoint.py): a rank is
+"killed" before its j-th file operation of a save (the others stop at the next collective), a byte
+of a shard is flipped on disk, a background write is held until the test lets it go. Exact resume
+trains with dropout, Adam and a shuffled sampler, and compares an interrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+
+import pytest
+import torch
+
+from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.oracles.checkpoint import (
+    OBJECTS,
+    CrashInjector,
+    SimulatedCrash,
+    WriteGate,
+    check_reads,
+    expected_boxes,
+    find_pattern,
+    global_tensors,
+    layout,
+    rank_state,
+    read_budget,
+    split_dim,
+    unique_bytes,
+)
+
+
+def _other_world_sizes(config, world_size: int) -> list[int]:
+    sizes = [int(w) for w in str(config.getoption("--world-sizes")).split(",") if w.strip()]
+    return [w for w in sizes if w != world_size] or [world_size]
+
+
+def _locals(state: dict) -> dict:
+    return {k: (v.local if hasattr(v, "local") else v) for k, v in state.items() if isinstance(v, torch.Tensor)
+            or hasattr(v, "local")}  # fmt: skip
+
+
+# -- rank functions ---------------------------------------------------------------------------------
+
+
+def save_rank(ctx, root: str, scheme: str, step: int, seed: int = 0):
+    """Save this rank's boxes of ``scheme``; rank 0 then reports latest_checkpoint and verify_checkpoint."""
+    C = ctx.load("checkpoint")
+    folder = C.save_checkpoint(
+        rank_state(C, scheme, ctx.rank, ctx.world_size, seed=seed, device=ctx.device), root, step
+    )
+    if ctx.rank != 0:
+        return str(folder), None, None
+    try:
+        C.verify_checkpoint(root, step)
+        verified = None
+    except C.TornCheckpoint as exc:
+        verified = str(exc)
+    return str(folder), C.latest_checkpoint(root), verified
+
+
+def load_rank(ctx, root: str, scheme: str, step: int | None = None):
+    """Load this rank's boxes of ``scheme`` (zeros to start with); the boxes, the values, the reads."""
+    C = ctx.load("checkpoint")
+    state = rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device)
+    reads: list = []
+    values = C.load_checkpoint(state, root, step, reads=reads)
+    return _locals(state), values, reads
+
+
+def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str):
+    """Save step 1 (counting file operations), then step 2 killed on ``crash_rank`` at ``when``;
+    then rank 0 asks latest/verify and every rank loads the latest checkpoint."""
+    C = ctx.load("checkpoint")
+    with CrashInjector(root, f"{flags}/count", ctx.rank, ctx.world_size, crash_rank, None) as counter:
+        C.save_checkpoint(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=1, device=ctx.device), root, 1)
+    ops = counter.ops if ctx.rank == crash_rank else 0
+    crash_at = {"first": 0, "middle": ops // 2, "last": max(ops - 1, 0)}[when]
+    crashed = False
+    injector = CrashInjector(root, f"{flags}/crash", ctx.rank, ctx.world_size, crash_rank, crash_at)
+    try:
+        with injector:
+            C.save_checkpoint(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=2, device=ctx.device), root, 2)
+    except SimulatedCrash:
+        crashed = True
+    latest = verdict = None
+    if ctx.rank == 0:
+        latest = C.latest_checkpoint(root)
+        try:
+            C.verify_checkpoint(root, 2)
+        except C.TornCheckpoint as exc:
+            verdict = str(exc) or "TornCheckpoint"
+    state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, empty=True, device=ctx.device)
+    C.load_checkpoint(state, root)
+    return crashed, ops, latest, verdict, _locals(state)
+
+
+def corrupt_load_rank(ctx, root: str):
+    """Every rank loads the whole big weight (which holds the flipped byte); rank 0 also verifies."""
+    C = ctx.load("checkpoint")
+    out = {}
+    if ctx.rank == 0:
+        try:
+            C.verify_checkpoint(root, 1)
+            out["verify"] = None
+        except C.TornCheckpoint as exc:
+            out["verify"] = str(exc) or "TornCheckpoint"
+    n = global_tensors("fsdp")["model.big.weight"].numel()
+    state = {"model.big.weight": C.Shard(torch.zeros(n, dtype=torch.float64, device=ctx.device), (n,), (0,))}
+    try:
+        C.load_checkpoint(state, root, 1)
+        out["load"] = None
+    except C.TornCheckpoint as exc:
+        out["load"] = str(exc) or "TornCheckpoint"
+    return out
+
+
+def dcp_save_rank(ctx, ours: str, theirs: str, schemes: tuple):
+    """The same boxes saved by the implementation and by torch.distributed.checkpoint (DTensors)."""
+    import torch.distributed.checkpoint as dcp
+
+    C = ctx.load("checkpoint")
+    state, dstate = {}, {}
+    for scheme in schemes:
+        state |= rank_state(C, scheme, ctx.rank, ctx.world_size, device=ctx.device)
+        dstate |= _dtensors(ctx, scheme, rank_state(C, scheme, ctx.rank, ctx.world_size, device=ctx.device))
+    C.save_checkpoint(state, ours, 1)
+    dcp.save(dstate, checkpoint_id=theirs)
+    return None
+
+
+def dcp_load_rank(ctx, ours: str, theirs: str, schemes: tuple):
+    """Both checkpoints loaded into this rank's boxes (zeros to start with)."""
+    import torch.distributed.checkpoint as dcp
+
+    C = ctx.load("checkpoint")
+    state, dstate = {}, {}
+    for scheme in schemes:
+        state |= rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device)
+        dstate |= _dtensors(ctx, scheme, rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device))
+    C.load_checkpoint(state, ours, 1)
+    dcp.load(dstate, checkpoint_id=theirs)
+    return _locals(state), {k: v.to_local() for k, v in dstate.items()}
+
+
+def _dtensors(ctx, scheme: str, state: dict) -> dict:
+    """The tensor boxes of ``state`` as DTensors on a 1-D mesh over WORLD (Shard(d) or Replicate())."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor import Shard as Split
+
+    mesh = DeviceMesh.from_group(torch.distributed.group.WORLD, ctx.device.type)
+    out = {}
+    for key, (shape, _, _) in layout(scheme, ctx.rank, ctx.world_size).items():
+        dim = split_dim(scheme, key)
+        placement = Replicate() if dim is None else Split(dim)
+        stride = tuple(int(s) for s in torch.empty(shape, device="meta").stride())
+        out[key] = DTensor.from_local(state[key].local, mesh, [placement], run_check=False, shape=torch.Size(shape),
+                                      stride=stride)  # fmt: skip
+    return out
+
+
+# -- Task 10.1: sharded, atomic save ----------------------------------------------------------------
+
+
+@pytest.mark.task10_1
+def test_save_writes_each_box_once_and_loads_back_exactly(world_size, tmp_path):
+    """Each rank writes its own boxes, replicas once; the step commits, verifies and loads back every box."""
+    for scheme in ("fsdp", "tp1"):
+        root = tmp_path / scheme
+        outs = run_ranks(world_size, save_rank, str(root), scheme, 3)
+        folder, latest, verified = outs[0]
+        assert all(o[0] == folder for o in outs), f"{scheme}: ranks returned different step folders: {outs}"
+        assert latest == 3, f"{scheme}: latest_checkpoint after a committed save of step 3 is {latest}"
+        assert verified is None, f"{scheme}: verify_checkpoint rejects a clean save: {verified}"
+        on_disk = sum(p.stat().st_size for p in (root / folder.rsplit("/", 1)[1]).rglob("*") if p.is_file())
+        boxes = sum(len(layout(scheme, r, world_size)) for r in range(world_size))
+        allowed = unique_bytes(scheme, world_size) + 8192 + 512 * boxes
+        assert on_disk <= allowed, (
+            f"{scheme}: the step folder holds {on_disk} bytes, but the distinct boxes are "
+            f"{unique_bytes(scheme, world_size)} bytes (+ at most {allowed - unique_bytes(scheme, world_size)} "
+            "of metadata): a box held by several ranks (replicas) must be written once, by the lowest rank"
+        )
+        for r, (boxes_r, values, _) in enumerate(run_ranks(world_size, load_rank, str(root), scheme, 3)):
+            for key, want in expected_boxes(scheme, r, world_size).items():
+                assert_close(boxes_r[key], want, rtol=0, atol=0, what=f"{scheme}: rank {r}, box of {key!r}")
+            assert values == {**OBJECTS, "whoami": f"rank {r} of {world_size}"}, (
+                f"{scheme}: rank {r}'s non-tensor values came back as {values}"
+            )
+
+
+CRASHES = [("first", "first"), ("first", "middle"), ("first", "last"),
+           ("last", "first"), ("last", "middle"), ("last", "last")]  # fmt: skip
+
+
+@pytest.mark.task10_1
+@pytest.mark.parametrize("who,when", CRASHES, ids=[f"{w}-rank-{t}-op" for w, t in CRASHES])
+def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(world_size, tmp_path, who, when):
+    """A rank killed at its first, middle or last file operation of a save: the previous step stays the
+    latest and loads exactly; the torn one is detected by verify_checkpoint."""
+    if who == "last" and world_size == 1:
+        pytest.skip("one rank: the first rank is the last")
+    rank = 0 if who == "first" else world_size - 1
+    (tmp_path / "flags" / "count").mkdir(parents=True)
+    (tmp_path / "flags" / "crash").mkdir()
+    outs = run_ranks(world_size, crash_rank, str(tmp_path / "ckpt"), str(tmp_path / "flags"), rank, when)
+    crashed, ops, latest, verdict, _ = outs[0]
+    ops = outs[rank][1]
+    assert ops > 0, f"rank {rank} made no file operation the test can see (open() for writing, os.replace)"
+    assert outs[rank][0], f"rank {rank} was never killed: its save of step 2 made fewer operations than step 1's"
+    where = f"rank {rank} killed before its {when} file operation (of {ops}) of the save of step 2"
+    assert latest == 1, (
+        f"{where}: latest_checkpoint returned {latest}, expected 1: a save is committed only when every "
+        "rank's files are complete, by the commit marker put in place last"
+    )
+    assert verdict is not None, f"{where}: verify_checkpoint(step 2) did not raise TornCheckpoint"
+    for r, out in enumerate(outs):
+        for key, want in expected_boxes("fsdp", r, world_size, seed=1).items():
+            assert_close(out[4][key], want, rtol=0, atol=0, what=f"{where}: rank {r} loading the latest, {key!r}")
+
+
+@pytest.mark.task10_1
+def test_a_flipped_byte_is_detected_by_verify_and_by_load(world_size, tmp_path):
+    """A byte of a saved shard flipped on disk: verify_checkpoint and every load that reads it raise TornCheckpoint."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
+    pattern = global_tensors("fsdp")["model.big.weight"][100:116].numpy().tobytes()
+    found = find_pattern(tmp_path / "step_00000001", pattern)
+    assert found is not None, "the raw bytes of model.big.weight are not in the step folder (save them uncompressed)"
+    path, at = found
+    data = bytearray(path.read_bytes())
+    data[at + 61] ^= 0x10
+    path.write_bytes(bytes(data))
+    outs = run_ranks(world_size, corrupt_load_rank, str(tmp_path))
+    assert outs[0]["verify"] is not None, "verify_checkpoint passed a checkpoint with a flipped byte"
+    for r, out in enumerate(outs):
+        assert out["load"] is not None, (
+            f"rank {r}: load_checkpoint read the flipped byte without noticing (check the block checksums of "
+            "everything you read)"
+        )
+        assert "model.big.weight" in out["load"], f"rank {r}: the TornCheckpoint should name the key: {out['load']}"
+
+
+# -- Task 10.2: load with resharding ----------------------------------------------------------------
+
+
+def _check_load(outs, saved_scheme, saved_world, load_scheme, world, root, what):
+    for r, (boxes, values, reads) in enumerate(outs):
+        for key, want in expected_boxes(load_scheme, r, world).items():
+            assert_close(boxes[key], want, rtol=0, atol=0, what=f"{what}: rank {r}, box of {key!r}")
+        owner = r if r < saved_world else 0
+        assert values["whoami"] == f"rank {owner} of {saved_world}", (
+            f"{what}: rank {r} got the non-tensor values of {values['whoami']!r}, expected those of rank {owner}"
+        )
+        problem = check_reads(reads, root / "step_00000001")
+        assert problem is None, f"{what}: rank {r}'s recorded reads: {problem}"
+        needed, allowed = read_budget(saved_scheme, saved_world, load_scheme, r, world)
+        got = sum(stop - start for _, start, stop in reads)
+        assert needed <= got <= allowed, (
+            f"{what}: rank {r} read {got} bytes of tensor data; its boxes need {needed}, and with whole "
+            f"{4096}-byte checksum blocks at most {allowed}: read only the ranges your boxes need "
+            "(and record every read)"
+        )
+
+
+@pytest.mark.task10_2
+def test_fsdp_checkpoint_loads_at_other_world_sizes_reading_only_what_each_rank_needs(world_size, tmp_path, request):
+    """FSDP shards saved on N ranks load on N' ranks exactly, each rank reading only its own byte ranges."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
+    for new in _other_world_sizes(request.config, world_size):
+        outs = run_ranks(new, load_rank, str(tmp_path), "fsdp", None)
+        _check_load(outs, "fsdp", world_size, "fsdp", new, tmp_path, f"FSDP {world_size} -> {new} ranks")
+
+
+@pytest.mark.task10_2
+def test_dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone(world_size, tmp_path, request):
+    """DP x TP boxes (column and row shards, replicas written once) load into TP alone on other world sizes."""
+    tp = max(world_size // 2, 1)
+    run_ranks(world_size, save_rank, str(tmp_path), f"tp{tp}", 1)
+    for new in _other_world_sizes(request.config, world_size):
+        outs = run_ranks(new, load_rank, str(tmp_path), f"tp{new}", None)
+        what = f"dp {world_size // tp} x tp {tp} -> tp {new}"
+        _check_load(outs, f"tp{tp}", world_size, f"tp{new}", new, tmp_path, what)
+
+
+@pytest.mark.task10_2
+def test_zero_optimizer_shards_load_into_plain_ddp(world_size, tmp_path, request):
+    """ZeRO optimizer state (each tensor on its owner only) loads whole on every rank of a plain DDP job."""
+    run_ranks(world_size, save_rank, str(tmp_path), "zero", 1)
+    for new in sorted({world_size, *_other_world_sizes(request.config, world_size)}):
+        outs = run_ranks(new, load_rank, str(tmp_path), "ddp", None)
+        _check_load(outs, "zero", world_size, "ddp", new, tmp_path, f"ZeRO on {world_size} -> DDP on {new} ranks")
+
+
+@pytest.mark.task10_2
+def test_round_trip_and_resharding_match_torch_distributed_checkpoint(world_size, tmp_path, request):
+    """The same boxes through torch.distributed.checkpoint (DTensors) agree after a round trip and resharding."""
+    schemes = ("fsdp", f"tp{world_size}")
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "dcp")
+    run_ranks(world_size, dcp_save_rank, ours, theirs, schemes)
+    for new in sorted({world_size, _other_world_sizes(request.config, world_size)[0]}):
+        load_schemes = ("fsdp", f"tp{new}")
+        for r, (mine, dcps) in enumerate(run_ranks(new, dcp_load_rank, ours, theirs, load_schemes)):
+            for key in dcps:
+                what = f"{world_size} -> {new} ranks, rank {r}, {key!r}"
+                assert_close(mine[key], dcps[key], rtol=0, atol=0, what=f"{what}: yours vs torch DCP")
+
+
+# -- Task 10.3: exact resume ------------------------------------------------------------------------
+
+RESUME_STEPS, RESUME_AT, SAMPLES, BATCH = 6, 3, 24, 3
+
+
+def _train(ctx, C, model, opt, sampler, data, steps):
+    for _ in range(steps):
+        index = torch.tensor(sampler.next_batch(BATCH), device="cpu")
+        x, y = data[0][index].to(ctx.device), data[1][index].to(ctx.device)
+        scale = 1.0 + random.random()  # python's RNG in the loss: it must resume too
+        loss = scale * torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if ctx.world_size > 1:
+            for p in model.parameters():
+                torch.distributed.all_reduce(p.grad)
+                p.grad /= ctx.world_size
+        opt.step()
+
+
+def _fresh(ctx, C, seed):
+    torch.manual_seed(seed)  # the same initial model on every rank (as after DDP's broadcast)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 2))
+    model = model.to(dtype=torch.float64, device=ctx.device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    torch.manual_seed(1000 * seed + ctx.rank)  # dropout differs between ranks
+    random.seed(2000 * seed + ctx.rank)
+    sampler = C.DistributedSampler(SAMPLES, ctx.rank, ctx.world_size, seed=7)
+    return model, opt, sampler
+
+
+def _observe(model, opt, sampler):
+    return {
+        "parameters": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "optimizer state": {f"{i}.{k}": v.clone() for i, s in enumerate(opt.state.values()) for k, v in s.items()},
+        "torch RNG": torch.get_rng_state(),
+        "python RNG": random.getstate(),
+        "sampler position": sampler.state_dict(),
+    }
+
+
+def resume_rank(ctx, root: str):
+    """Uninterrupted: RESUME_STEPS steps. Interrupted: RESUME_AT steps, save, scramble everything
+    (a new process), load, restore, the remaining steps. Both end states, as observed by the test."""
+    C = ctx.load("checkpoint")
+    g = torch.Generator().manual_seed(5)
+    data = (
+        torch.randn(SAMPLES, 4, generator=g, dtype=torch.float64),
+        torch.randn(SAMPLES, 2, generator=g, dtype=torch.float64),
+    )
+    model, opt, sampler = _fresh(ctx, C, 1)
+    _train(ctx, C, model, opt, sampler, data, RESUME_STEPS)
+    straight = _observe(model, opt, sampler)
+
+    model, opt, sampler = _fresh(ctx, C, 1)
+    _train(ctx, C, model, opt, sampler, data, RESUME_AT)
+    params = C.module_state(model)
+    state = params | C.optimizer_state(opt, params) | C.capture_training_state(RESUME_AT, sampler=sampler)
+    C.save_checkpoint(state, root, RESUME_AT)
+
+    model, opt, sampler = _fresh(ctx, C, 2)  # "a new process": other weights, other RNG, sampler at 0
+    C.init_optimizer_state(opt)
+    params = C.module_state(model)
+    state = params | C.optimizer_state(opt, params) | C.capture_training_state(0, sampler=sampler)
+    step = C.restore_training_state(C.load_checkpoint(state, root), sampler=sampler)
+    _train(ctx, C, model, opt, sampler, data, RESUME_STEPS - step)
+    return step, straight, _observe(model, opt, sampler)
+
+
+@pytest.mark.task10_3
+def test_resumed_training_equals_uninterrupted_training_bit_for_bit(world_size, tmp_path):
+    """Interrupted after step k and resumed: parameters, optimizer state, every rank's RNGs, the sampler position
+    and the step equal the uninterrupted run's exactly."""
+    for r, (step, straight, resumed) in enumerate(run_ranks(world_size, resume_rank, str(tmp_path))):
+        assert step == RESUME_AT, f"rank {r}: restore_training_state returned step {step}, expected {RESUME_AT}"
+        for piece in ("torch RNG", "python RNG", "sampler position"):
+            same = (
+                torch.equal(straight[piece], resumed[piece])
+                if piece == "torch RNG"
+                else straight[piece] == resumed[piece]
+            )
+            assert same, (
+                f"rank {r}: the {piece} after resuming differs from the uninterrupted run's "
+                "(not saved, or not restored?)"
+            )
+        for piece in ("parameters", "optimizer state"):
+            for key, want in straight[piece].items():
+                assert_close(
+                    resumed[piece][key], want, rtol=0, atol=0, what=f"rank {r}, {piece} {key!r} after resuming"
+                )
+
+
+def missing_piece_rank(ctx):
+    C = ctx.load("checkpoint")
+    sampler = C.DistributedSampler(8, ctx.rank, ctx.world_size)
+    saved = C.capture_training_state(4, sampler=sampler)
+    messages = {}
+    for piece in ("rng.torch", "rng.python", "sampler", "step"):
+        try:
+            C.restore_training_state({k: v for k, v in saved.items() if k != piece}, sampler=sampler)
+            messages[piece] = None
+        except KeyError as exc:
+            messages[piece] = str(exc)
+    return sorted(saved), messages
+
+
+@pytest.mark.task10_3
+def test_a_missing_piece_of_the_training_state_is_named(world_size):
+    """capture_training_state holds step, RNGs and sampler; restoring without one raises KeyError naming it."""
+    keys, messages = run_ranks(world_size, missing_piece_rank)[0]
+    assert {"step", "rng.python", "rng.torch", "sampler"} <= set(keys), f"capture_training_state holds only {keys}"
+    for piece, message in messages.items():
+        assert message is not None and piece in message, (
+            f"restore_training_state without {piece!r}: expected a KeyError naming it, got {message!r}"
+        )
+
+
+# -- Task 10.4: asynchronous checkpointing ----------------------------------------------------------
+
+
+def async_rank(ctx, root: str):
+    """Save asynchronously with the background writes held; change the tensors as the next step would;
+    release; the checkpoint must hold the values at the save."""
+    C = ctx.load("checkpoint")
+    ckpt = C.AsyncCheckpointer(root)
+    state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, device=ctx.device)
+    with WriteGate(root) as gate:
+        ckpt.save(state, 1)
+        committed_before_release = C.latest_checkpoint(root)
+        with torch.no_grad():
+            for value in state.values():
+                if hasattr(value, "local") and value.local.is_floating_point():
+                    value.local.add_(1)  # the next training step changes the tensors in place
+        gate.release()
+        folder = ckpt.wait()
+    ckpt.save(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=1, device=ctx.device), 2)
+    second = ckpt.wait()
+    ckpt.close()
+    loaded = rank_state(C, "fsdp", ctx.rank, ctx.world_size, empty=True, device=ctx.device)
+    C.load_checkpoint(loaded, root, 1)
+    return committed_before_release, str(folder), str(second), C.latest_checkpoint(root), _locals(loaded)
+
+
+@pytest.mark.task10_4
+def test_async_save_returns_before_writing_and_keeps_the_state_of_its_step(world_size, tmp_path):
+    """AsyncCheckpointer.save returns once staged (nothing committed yet); the tensors change after it; the
+    checkpoint still holds the values at the save."""
+    outs = run_ranks(world_size, async_rank, str(tmp_path))
+    for r, (before, folder, second, latest, loaded) in enumerate(outs):
+        assert before is None, (
+            f"rank {r}: step 1 was already committed when save() returned: save must only stage the state and "
+            "leave the writing to a background thread"
+        )
+        assert folder.endswith("step_00000001"), f"rank {r}: wait() returned {folder!r}, not step 1's folder"
+        assert second.endswith("step_00000002") and latest == 2, (
+            f"rank {r}: the second save: {second!r}, latest {latest}"
+        )
+        for key, want in expected_boxes("fsdp", r, world_size).items():
+            assert_close(loaded[key], want, rtol=0, atol=0, what=f"rank {r}, {key!r} of the step-1 checkpoint (the "
+                         "values at the save, not after the next step changed them: stage a copy)")  # fmt: skip
+
+
+# -- bad input: a clear error on every rank, before any communication ------------------------------
+
+
+def _one(C, ctx):
+    return {"w": C.Shard(torch.ones(2, 3, device=ctx.device), (4, 3), (2, 0))}
+
+
+BAD_INPUT = [
+    BadInput("save-negative-step", lambda C, ctx: C.save_checkpoint(_one(C, ctx), tempfile.mkdtemp(), -1),
+             "ValueError", names="step", task="task10_1"),
+    BadInput("save-box-outside-the-tensor",
+             lambda C, ctx: C.save_checkpoint({"w": C.Shard(torch.ones(2, 3, device=ctx.device), (4, 3), (3, 0))},
+                                              tempfile.mkdtemp(), 1),
+             "ValueError", names="w", task="task10_1"),
+    BadInput("save-unpicklable-value",
+             lambda C, ctx: C.save_checkpoint(_one(C, ctx) | {"f": lambda: 0}, tempfile.mkdtemp(), 1),
+             "ValueError", names="f", task="task10_1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    """Bad input raises the promised ValueError naming the argument, on every rank, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "checkpoint", case), case)
