@@ -37,6 +37,10 @@ __all__ = [
     "fit_alpha_beta",
     "schedule_bubble_fraction",
     "schedule_peak_activations",
+    "zbv_bubble_fraction",
+    "zbv_peak_activations",
+    "dualpipev_bubble_fraction",
+    "dualpipev_peak_activations",
     "pipeline_activation_bytes",
     "recompute_training_flops",
     "hfu",
@@ -183,6 +187,65 @@ def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -
     Raises like ``mfu``, and ``TypeError`` for a non-bool ``checkpoint``.
     """
     raise NotImplementedError("Task 5.6 (pipeline accounting): see handouts/05-pipeline.md §5.6")
+
+
+# ## Task 5.7: ZB-V in numbers (handouts/05-pipeline.md §5.7)
+
+
+def zbv_bubble_fraction(num_stages, num_microbatches, forward_time=1.0, backward_input_time=1.0,
+                        backward_weight_time=1.0) -> float:  # fmt: skip
+    """Fraction of a step each rank idles under ZB-V (two chunks per rank in a V, p = num_stages).
+
+        idle per rank = (p - 1)·max(B, 2(B - W)),  bubble = idle / (2m(F + B + W) + idle)
+    where F, B, W are the times of one *chunk's* forward, input-gradient and weight-gradient
+    passes. F = B = W: idle (p - 1)F, which is the last rank waiting for its first activation; every
+    rank is busy from its own first action to its own last (the paper's zero bubble). p = 4, m = 8:
+    3 / 51 = 0.0588 (ZB-H1: 0.1111, 1F1B: 0.2727 on the same model).
+
+    Holds for m >= 2p - 1, F <= B and W <= B: otherwise ``ValueError`` naming ``num_microbatches``,
+    ``forward_time`` / ``backward_weight_time``. Raises like ``schedule_bubble_fraction``.
+    """
+    raise NotImplementedError("Task 5.7 (ZB-V accounting): see handouts/05-pipeline.md §5.7")
+
+
+def zbv_peak_activations(num_stages, num_microbatches) -> int:
+    """The most chunk activations (microbatch, chunk) a rank holds at once under ZB-V, F to W: 2p.
+
+    The same on every rank: p microbatches of the rank's whole layers, 1F1B's stage 0. Needs
+    m >= 2p - 1 (``ValueError`` naming ``num_microbatches``); raises like ``schedule_peak_activations``.
+    """
+    raise NotImplementedError("Task 5.7 (ZB-V accounting): see handouts/05-pipeline.md §5.7")
+
+
+# ## Task 5.8: DualPipeV in numbers (handouts/05-pipeline.md §5.8)
+
+
+def dualpipev_bubble_fraction(num_stages, num_microbatches, forward_time=1.0, backward_time=2.0,
+                              backward_weight_time=1.0, overlapped_time=None) -> float:  # fmt: skip
+    """Fraction of a step the busiest-idling ranks (p - 2 and p - 1) idle under DualPipeV.
+
+        idle = (p - 1)(F&B + B - 3W)                         (DeepSeek-V3, Table 2: (PP/2 - 1)(F&B + B - 3W))
+        busy = (2m - 2p - 1)·F&B + (2p + 1)(F + B)           rank p - 1: its F&B pairs and the rest
+        bubble = idle / (busy + idle)
+    with F a chunk's forward (``forward_time``), B its whole backward (``backward_time``), W the
+    weight half of it (``backward_weight_time``) and F&B an overlapped forward-and-backward pair
+    (``overlapped_time``, default F + B: no overlap gain). p = 4, m = 16, F = 1, B = 2, W = 1,
+    F&B = 2.5: idle 4.5, busy 84.5, bubble 0.0506 (F&B = 3, no gain: 6 / 102 = 0.0588).
+
+    The report's formula is exact when the forward and the input-gradient half take the same time
+    (F = B - W) and max(F, B) <= F&B <= F + B: otherwise ``ValueError`` naming ``backward_time`` /
+    ``overlapped_time``. Needs m >= 2p (``num_microbatches``); W < B (``backward_weight_time``).
+    """
+    raise NotImplementedError("Task 5.8 (DualPipeV accounting): see handouts/05-pipeline.md §5.8")
+
+
+def dualpipev_peak_activations(num_stages, num_microbatches) -> int:
+    """The most chunk activations a rank holds at once under DualPipeV (F to the end of its backward): 2p + 1.
+
+    The report's PP + 1 with PP = 2p chunks, on every rank. Needs m >= 2p (``ValueError`` naming
+    ``num_microbatches``); raises like ``schedule_peak_activations``.
+    """
+    raise NotImplementedError("Task 5.8 (DualPipeV accounting): see handouts/05-pipeline.md §5.8")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,6 +40,10 @@ __all__ = [
     "fit_alpha_beta",
     "schedule_bubble_fraction",
     "schedule_peak_activations",
+    "zbv_bubble_fraction",
+    "zbv_peak_activations",
+    "dualpipev_bubble_fraction",
+    "dualpipev_peak_activations",
     "pipeline_activation_bytes",
     "recompute_training_flops",
     "hfu",
@@ -352,6 +356,115 @@ def hfu(tokens_per_second, num_params, peak_flops_per_second, checkpoint=True) -
         raise TypeError(f"checkpoint must be a bool, got {type(checkpoint).__name__}")
     return (recompute_training_flops(n, tps) if checkpoint else training_flops(n, tps)) / peak
     # END SOLUTION
+
+
+# ## Task 5.7: ZB-V in numbers (handouts/05-pipeline.md §5.7)
+
+
+def zbv_bubble_fraction(num_stages, num_microbatches, forward_time=1.0, backward_input_time=1.0,
+                        backward_weight_time=1.0) -> float:  # fmt: skip
+    """Fraction of a step each rank idles under ZB-V (two chunks per rank in a V, p = num_stages).
+
+        idle per rank = (p - 1)·max(B, 2(B - W)),  bubble = idle / (2m(F + B + W) + idle)
+    where F, B, W are the times of one *chunk's* forward, input-gradient and weight-gradient
+    passes. F = B = W: idle (p - 1)F, which is the last rank waiting for its first activation; every
+    rank is busy from its own first action to its own last (the paper's zero bubble). p = 4, m = 8:
+    3 / 51 = 0.0588 (ZB-H1: 0.1111, 1F1B: 0.2727 on the same model).
+
+    Holds for m >= 2p - 1, F <= B and W <= B: otherwise ``ValueError`` naming ``num_microbatches``,
+    ``forward_time`` / ``backward_weight_time``. Raises like ``schedule_bubble_fraction``.
+    """
+    # BEGIN SOLUTION: Task 5.7 (ZB-V accounting)
+    p, m = _v_counts(num_stages, num_microbatches, 2 * _count(num_stages, "num_stages", minimum=1, integer=True) - 1)
+    f, b, w = _times(forward_time=forward_time, backward_input_time=backward_input_time,
+                     backward_weight_time=backward_weight_time)  # fmt: skip
+    if f > b:
+        raise ValueError(f"ZB-V's bubble formula needs forward_time ({f}) <= backward_input_time ({b})")
+    if w > b:
+        raise ValueError(f"ZB-V's bubble formula needs backward_weight_time ({w}) <= backward_input_time ({b})")
+    idle = (p - 1) * max(b, 2 * (b - w))
+    return idle / (2 * m * (f + b + w) + idle)
+    # END SOLUTION
+
+
+def zbv_peak_activations(num_stages, num_microbatches) -> int:
+    """The most chunk activations (microbatch, chunk) a rank holds at once under ZB-V, F to W: 2p.
+
+    The same on every rank: p microbatches of the rank's whole layers, 1F1B's stage 0. Needs
+    m >= 2p - 1 (``ValueError`` naming ``num_microbatches``); raises like ``schedule_peak_activations``.
+    """
+    # BEGIN SOLUTION: Task 5.7 (ZB-V accounting)
+    p, _ = _v_counts(num_stages, num_microbatches, 2 * _count(num_stages, "num_stages", minimum=1, integer=True) - 1)
+    return 2 * p
+    # END SOLUTION
+
+
+# ## Task 5.8: DualPipeV in numbers (handouts/05-pipeline.md §5.8)
+
+
+def dualpipev_bubble_fraction(num_stages, num_microbatches, forward_time=1.0, backward_time=2.0,
+                              backward_weight_time=1.0, overlapped_time=None) -> float:  # fmt: skip
+    """Fraction of a step the busiest-idling ranks (p - 2 and p - 1) idle under DualPipeV.
+
+        idle = (p - 1)(F&B + B - 3W)                         (DeepSeek-V3, Table 2: (PP/2 - 1)(F&B + B - 3W))
+        busy = (2m - 2p - 1)·F&B + (2p + 1)(F + B)           rank p - 1: its F&B pairs and the rest
+        bubble = idle / (busy + idle)
+    with F a chunk's forward (``forward_time``), B its whole backward (``backward_time``), W the
+    weight half of it (``backward_weight_time``) and F&B an overlapped forward-and-backward pair
+    (``overlapped_time``, default F + B: no overlap gain). p = 4, m = 16, F = 1, B = 2, W = 1,
+    F&B = 2.5: idle 4.5, busy 84.5, bubble 0.0506 (F&B = 3, no gain: 6 / 102 = 0.0588).
+
+    The report's formula is exact when the forward and the input-gradient half take the same time
+    (F = B - W) and max(F, B) <= F&B <= F + B: otherwise ``ValueError`` naming ``backward_time`` /
+    ``overlapped_time``. Needs m >= 2p (``num_microbatches``); W < B (``backward_weight_time``).
+    """
+    # BEGIN SOLUTION: Task 5.8 (DualPipeV accounting)
+    p, m = _v_counts(num_stages, num_microbatches, 2 * _count(num_stages, "num_stages", minimum=1, integer=True))
+    f, b, w = _times(forward_time=forward_time, backward_time=backward_time, backward_weight_time=backward_weight_time)
+    if w >= b:
+        raise ValueError(f"backward_weight_time ({w}) must be < backward_time ({b}): W is a part of B")
+    if not math.isclose(f, b - w):
+        raise ValueError(
+            f"the report's formula needs backward_time ({b}) = forward_time ({f}) + backward_weight_time ({w})"
+        )
+    fb = f + b if overlapped_time is None else _times(overlapped_time=overlapped_time)[0]
+    if not max(f, b) <= fb <= f + b:
+        raise ValueError(f"overlapped_time ({fb}) must be in [max(F, B), F + B] = [{max(f, b)}, {f + b}]")
+    idle = (p - 1) * (fb + b - 3 * w)
+    busy = (2 * m - 2 * p - 1) * fb + (2 * p + 1) * (f + b)
+    return idle / (busy + idle)
+    # END SOLUTION
+
+
+def dualpipev_peak_activations(num_stages, num_microbatches) -> int:
+    """The most chunk activations a rank holds at once under DualPipeV (F to the end of its backward): 2p + 1.
+
+    The report's PP + 1 with PP = 2p chunks, on every rank. Needs m >= 2p (``ValueError`` naming
+    ``num_microbatches``); raises like ``schedule_peak_activations``.
+    """
+    # BEGIN SOLUTION: Task 5.8 (DualPipeV accounting)
+    p, _ = _v_counts(num_stages, num_microbatches, 2 * _count(num_stages, "num_stages", minimum=1, integer=True))
+    return 2 * p + 1
+    # END SOLUTION
+
+
+# BEGIN SOLUTION
+def _v_counts(num_stages, num_microbatches, least: int) -> tuple[int, int]:
+    p = _count(num_stages, "num_stages", minimum=1, integer=True)
+    m = _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
+    if m < least:
+        raise ValueError(f"the formula needs num_microbatches ({m}) >= {least} for {p} stages")
+    return p, m
+
+
+def _times(**times) -> list[float]:
+    for name, t in times.items():
+        if _count(t, name) <= 0:
+            raise ValueError(f"{name} must be > 0, got {t}")
+    return list(times.values())
+
+
+# END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------------

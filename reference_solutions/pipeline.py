@@ -436,7 +436,7 @@ class _VPlan:
 
 
 _SCHEDULES = {"gpipe": gpipe_schedule, "1f1b": one_f_one_b_schedule, "zb-h1": zero_bubble_h1_schedule}
-_SPLIT_BACKWARD = {"zb-h1"}  # schedules whose "B" is the input gradient only, followed by a "W"
+_V_SCHEDULES = {"zb-v": zero_bubble_v_schedule, "dualpipev": dualpipe_v_schedule}  # two chunks in a V
 
 
 @dataclass
@@ -461,20 +461,25 @@ class _StepState:
     device: torch.device
     total_loss: torch.Tensor  # float64 scalar, the sum of the scaled microbatch losses (last stage)
     checkpoint: bool = False
-    split_backward: bool = False
+    split: set[tuple[int, int]] = field(default_factory=set)  # (microbatch, chunk) whose B is split off a W
     stash: dict[tuple[int, int], _Stashed] = field(default_factory=dict)  # (microbatch, chunk) -> saved
     act_meta: dict[int, tuple[tuple[int, ...], torch.dtype]] = field(default_factory=dict)  # chunk -> input meta
     headers_sent: set[int] = field(default_factory=set)  # chunks whose output shape went ahead
     sends: list = field(default_factory=list)  # (work, op) of sends still in flight
+    # Messages each peer will send us, in the order it sends them (its schedule is a pure function):
+    # ("header", chunk), ("act", microbatch, chunk) or ("grad", microbatch, chunk), our local chunk.
+    inbox: dict[int, list[tuple]] = field(default_factory=dict)  # peer -> messages not yet posted
+    posted: dict[tuple, tuple[list, torch.Tensor]] = field(default_factory=dict)  # message -> (works, buffer)
+    local: dict[tuple, torch.Tensor] = field(default_factory=dict)  # the V's turn: ("act"/"grad", i, chunk)
 
-
-# A posted receive: (its works, its buffer or None).
-_InFlight = tuple[list, torch.Tensor | None]
 
 # No message carries a tag: NCCL ignores tags and pairs the k-th receive between two ranks with the k-th
-# send. Both ranks of a pair post their messages in the order of their own schedules, and those orders
-# agree (each stage's forwards and backwards run the microbatches, and chunks, in the same order); a shape
-# header goes in the same batch as, and just before, the first activation it describes.
+# send. A rank posts its sends in its schedule's order, and its receives from each peer in that peer's
+# order of sending (step.inbox, computed from the peer's schedule): for GPipe, 1F1B, ZB-H1 and
+# interleaving the two orders agree, but ZB-V and DualPipeV cross (rank 0 of DualPipeV, p = 3, sends
+# rank 1 the activation of microbatch 4 before the gradient of microbatch 0, which rank 1 needs first),
+# so a message that arrives ahead of its turn waits in its buffer. A shape header goes in the same batch
+# as, and just before, the first activation it describes.
 # END SOLUTION
 
 
@@ -540,16 +545,19 @@ class PipelineStage:
             raise ValueError(f"num_stages ({num_stages}) must equal the group size ({dist.get_world_size(group)})")
         if stage != dist.get_rank(group):
             raise ValueError(f"stage ({stage}) must be this rank's rank in the group ({dist.get_rank(group)})")
-        if len(chunks) > 1 and num_stages == 1:
+        if placement not in ("loop", "v"):
+            raise ValueError(f"placement must be 'loop' or 'v', got {placement!r}")
+        if placement == "v" and len(chunks) != 2:
+            raise ValueError(f"placement 'v' needs module to be 2 chunks (split_into_v_chunks), got {len(chunks)}")
+        if placement == "loop" and len(chunks) > 1 and num_stages == 1:
             raise ValueError("num_stages must be >= 2 to interleave chunks: consecutive chunks live on different ranks")
         self.module, self.chunks, self.num_chunks = module, chunks, len(chunks)
         self.stage, self.num_stages, self.loss_fn, self.group = stage, num_stages, loss_fn, group
-        ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+        self.placement = placement
         # Global ranks, which is what send/recv take, even when the pipeline lives in a subgroup.
-        self.prev_rank = ranks[stage - 1] if stage > 0 else None
-        self.next_rank = ranks[stage + 1] if stage < num_stages - 1 else None
-        # Chunks wrap around: global chunk g's neighbours are g - 1 and g + 1, on the ranks beside.
-        self._ring_prev, self._ring_next = ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]
+        self._ranks = dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)
+        self.prev_rank = self._ranks[stage - 1] if stage > 0 else None
+        self.next_rank = self._ranks[stage + 1] if stage < num_stages - 1 else None
         self.timeline: list[tuple[Action, float, float]] = []
         self.peak_activations = 0
         # END SOLUTION
@@ -607,33 +615,33 @@ class PipelineStage:
         """
         # BEGIN SOLUTION: Task 5.3 (pipeline stage)
         m = self._check_step(inputs, targets, num_microbatches, schedule, checkpoint)
-        device = self._device(inputs if self._is_first else targets)
+        device = self._device(inputs if self._holds_first else targets)
+        plan = self._plan(schedule, m, self.stage)
         step = _StepState(
             num_microbatches=m,
-            inputs=inputs.chunk(m) if self._is_first else None,  # m x (batch/m, ...)
-            targets=targets.chunk(m) if self._is_last else None,
+            inputs=inputs.chunk(m) if self._holds_first else None,  # m x (batch/m, ...)
+            targets=targets.chunk(m) if self._holds_last else None,
             device=device,
             total_loss=torch.zeros((), dtype=torch.float64, device=device),
             checkpoint=checkpoint,
-            split_backward=schedule in _SPLIT_BACKWARD,
+            split={(a.microbatch, a.chunk) for a in plan if a.kind == "W"},
+            inbox=self._inbox(schedule, m),
         )
-        plan = self._plan(schedule, m)
-        in_flight: _InFlight = ([], None)
         self.timeline, self.peak_activations = [], 0
+        self._send_and_recv([], plan[:2], step)
         for k, action in enumerate(plan):
-            received = self._wait(in_flight)
+            received = self._take(step, action)
             if action.kind == "F":
                 t_start, outgoing = self._forward(step, action, received)
             elif action.kind == "B":
                 t_start, outgoing = self._backward(step, action, received)
             else:
                 t_start, outgoing = self._weight_backward(step, action), []
-            in_flight = self._send_and_recv(outgoing, plan[k + 1] if k + 1 < len(plan) else None, step)
+            self._send_and_recv(outgoing, plan[k + 1 : k + 3], step)
             self._record(action, t_start, device)
-        self._wait(in_flight)
         for work, _op in step.sends:  # every send matched before the step ends: nothing left in flight
             work.wait()
-        return float(step.total_loss) if self._is_last else None
+        return float(step.total_loss) if self._holds_last else None
         # END SOLUTION
 
     # BEGIN SOLUTION
@@ -641,18 +649,24 @@ class PipelineStage:
 
     def _check_step(self, inputs, targets, num_microbatches, schedule, checkpoint) -> int:
         """train_step's arguments, checked on every rank before any message; returns num_microbatches."""
-        if schedule not in (*_SCHEDULES, "interleaved"):
-            raise ValueError(f"schedule must be one of {sorted([*_SCHEDULES, 'interleaved'])}, got {schedule!r}")
-        if self.num_chunks > 1 and schedule != "interleaved":
+        known = sorted([*_SCHEDULES, "interleaved", *_V_SCHEDULES])
+        if schedule not in known:
+            raise ValueError(f"schedule must be one of {known}, got {schedule!r}")
+        if (schedule in _V_SCHEDULES) != (self.placement == "v"):
+            raise ValueError(f"schedule {schedule!r} does not run on placement {self.placement!r}: "
+                             f"{sorted(_V_SCHEDULES)} and only they run a V")  # fmt: skip
+        if self.placement == "loop" and self.num_chunks > 1 and schedule != "interleaved":
             raise ValueError(f"schedule {schedule!r} runs one chunk per stage; {self.num_chunks} need 'interleaved'")
         if not isinstance(checkpoint, bool):
             raise TypeError(f"checkpoint must be a bool, got {type(checkpoint).__name__}")
         m = _count(num_microbatches, "num_microbatches", 1)
+        if schedule == "dualpipev" and m < 2 * self.num_stages:
+            raise ValueError(f"DualPipeV needs num_microbatches ({m}) >= 2 * num_stages ({2 * self.num_stages})")
         if schedule == "interleaved" and self.num_chunks > 1 and m % self.num_stages:
             raise ValueError(
                 f"num_microbatches ({m}) must be a multiple of num_stages ({self.num_stages}) to interleave chunks"
             )
-        for name, tensor, needed in [("inputs", inputs, self._is_first), ("targets", targets, self._is_last)]:
+        for name, tensor, needed in [("inputs", inputs, self._holds_first), ("targets", targets, self._holds_last)]:
             if tensor is None and not needed:
                 continue
             if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0:
@@ -663,10 +677,32 @@ class PipelineStage:
                 )
         return m
 
-    def _plan(self, schedule: str, m: int) -> list[Action]:
+    def _plan(self, schedule: str, m: int, stage: int) -> list[Action]:
         if schedule == "interleaved":
-            return interleaved_1f1b_schedule(self.num_stages, m, self.stage, self.num_chunks)
-        return _SCHEDULES[schedule](self.num_stages, m, self.stage)
+            return interleaved_1f1b_schedule(self.num_stages, m, stage, self.num_chunks)
+        return {**_SCHEDULES, **_V_SCHEDULES}[schedule](self.num_stages, m, stage)
+
+    def _inbox(self, schedule: str, m: int) -> dict[int, list[tuple]]:
+        """What each other rank will send us this step, in its order: its schedule, read as messages."""
+        inbox: dict[int, list[tuple]] = {}
+        last = self.num_chunks * self.num_stages - 1
+        for q in range(self.num_stages):
+            if q == self.stage:
+                continue
+            messages, headed = [], set()
+            for a in self._plan(schedule, m, q):
+                g = self._global_chunk(a.chunk, q)
+                to = g + 1 if a.kind == "F" and g < last else g - 1 if a.kind == "B" and g > 0 else None
+                if to is None or self._place(to)[0] != self.stage:
+                    continue
+                k = self._place(to)[1]
+                if a.kind == "F" and k not in headed:  # a chunk's first activation comes after its header
+                    headed.add(k)
+                    messages.append(("header", k))
+                messages.append(("act" if a.kind == "F" else "grad", a.microbatch, k))
+            if messages:
+                inbox[self._ranks[q]] = messages
+        return inbox
 
     def _forward(self, step: _StepState, action: Action, received: torch.Tensor | None) -> tuple[float, list]:
         """Forward ``action``'s microbatch through its chunk: (t_start, the sends it posts). Its input is
@@ -676,10 +712,6 @@ class PipelineStage:
         if self._global_chunk(k) == 0:
             x = step.inputs[i]
         else:
-            if received is None:  # the chunk's first forward: learn the shape, then receive
-                step.act_meta[k] = self._recv_header(step.device, k)
-                received = torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)
-                dist.recv(received, src=self._ring_prev, group=self.group)  # right after its header
             x = received.requires_grad_(received.is_floating_point())
         t_start = time.perf_counter()
         keep_graph = not step.checkpoint  # checkpointing: no graph now; the backward recomputes it from x and rng
@@ -689,11 +721,13 @@ class PipelineStage:
         outgoing = []
         if self._is_last_chunk(k):
             step.total_loss += out.detach().double()
+        elif self._next_rank(k) is None:  # the turn of the V: the next chunk is ours
+            step.local["act", i, self._place(self._global_chunk(k) + 1)[1]] = out.detach()
         else:
             if k not in step.headers_sent:
                 step.headers_sent.add(k)
                 outgoing.append(self._header(out, k))
-            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._ring_next, self.group))
+            outgoing.append(dist.P2POp(dist.isend, out.detach().contiguous(), self._next_rank(k), self.group))
         step.stash[(i, k)] = _Stashed(x, out if keep_graph else None, (tuple(out.shape), out.dtype), rng)
         self.peak_activations = max(self.peak_activations, len(step.stash))
         return t_start, outgoing
@@ -701,9 +735,10 @@ class PipelineStage:
     def _backward(self, step: _StepState, action: Action, received: torch.Tensor | None) -> tuple[float, list]:
         """B of ``action``'s microbatch: (t_start, the sends it posts). Its output's gradient comes from
         the next chunk's rank (the loss itself after the last chunk); its input's gradient goes back.
-        A whole backward frees the microbatch; a split one (zb-h1) keeps it for its W."""
+        A whole backward frees the microbatch; a split one (a W follows) keeps it for its W."""
         i, k = action.microbatch, action.chunk
-        saved = step.stash[(i, k)] if step.split_backward else step.stash.pop((i, k))  # B frees, unless a W follows
+        split = (i, k) in step.split
+        saved = step.stash[(i, k)] if split else step.stash.pop((i, k))  # B frees, unless a W follows
         t_start = time.perf_counter()
         x, out = saved.x, saved.out
         if step.checkpoint:  # recompute the forward: the same input, the same random draws
@@ -712,7 +747,7 @@ class PipelineStage:
                 _set_rng_state(saved.rng, step.device)
                 out = self._run_chunk(step, i, k, x)
         grad_out = None if self._is_last_chunk(k) else received  # d(loss)/d(out) from the next chunk
-        if step.split_backward:
+        if split:
             saved.out, saved.grad_out = out, grad_out
             grad_x = None
             if x.requires_grad:
@@ -727,7 +762,10 @@ class PipelineStage:
         outgoing = []
         if self._global_chunk(k) > 0:
             grad_x = torch.zeros_like(x) if grad_x is None else grad_x  # an unused input still answers
-            outgoing.append(dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev, self.group))
+            if self._prev_rank(k) is None:  # the turn of the V: the previous chunk is ours
+                step.local["grad", i, self._place(self._global_chunk(k) - 1)[1]] = grad_x
+            else:
+                outgoing.append(dist.P2POp(dist.isend, grad_x.contiguous(), self._prev_rank(k), self.group))
         return t_start, outgoing
 
     def _weight_backward(self, step: _StepState, action: Action) -> float:
@@ -747,41 +785,113 @@ class PipelineStage:
             out = self.loss_fn(out, step.targets[i]) / step.num_microbatches
         return out
 
-    def _send_and_recv(self, outgoing: list, action: Action | None, step: _StepState) -> _InFlight:
-        """Post an action's sends together with the receive of the next ``action``'s input, as one
-        batch, and wait only for the receive: a rank never blocks in a send, so two neighbours that
-        each send before they receive cannot wait on each other (Megatron-LM's
-        ``send_forward_recv_backward``). Sends still in flight are kept (their tensors alive) and
-        waited at the end of the step. A chunk's first activation is not received here: its size is
-        unknown until its header arrives, so that forward receives the header and then the payload
-        itself (blocking, both in the order the sender posted them, header first, in one batch)."""
+    def _send_and_recv(self, outgoing: list, upcoming: list[Action], step: _StepState) -> None:
+        """Post an action's sends together with the receives of the next action's input, as one batch,
+        and wait for nothing: a rank never blocks in a send, so two neighbours that each send before
+        they receive cannot wait on each other (Megatron-LM's ``send_forward_recv_backward``). For an
+        F&B pair (``upcoming[0].overlap``) the B's gradient is posted too, before the F runs. Receives
+        from a peer are posted in the order the peer sends (``step.inbox``), so one needed now may post
+        others ahead of it; a chunk's shape header is received (blocking) before its activation's
+        buffer can be made. Sends still in flight are kept (their tensors alive) and waited at the end."""
         step.sends = [(w, op) for w, op in step.sends if not w.is_completed()]
-        buffer = self._input_buffer(action, step)
-        recv = []
-        if buffer is not None:
-            src = self._ring_prev if action.kind == "F" else self._ring_next
-            recv = [dist.P2POp(dist.irecv, buffer, src, self.group)]
-        ops = outgoing + recv
+        ops, pending = list(outgoing), []  # pending: (message, buffer) of the receives in ops
+        for action in upcoming[: 2 if upcoming and upcoming[0].overlap else 1]:
+            need = self._needs(action, step)
+            if need is None or need[1] in step.posted:
+                continue
+            peer, message = need
+            while True:
+                item = step.inbox[peer].pop(0)
+                if item[0] == "header":  # post what we have, then learn the shape (sent right before)
+                    self._post(ops, pending, step)
+                    ops, pending = [], []
+                    step.act_meta[item[1]] = self._recv_header(step.device, peer)
+                    continue
+                buffer = self._buffer(item, step)
+                ops.append(dist.P2POp(dist.irecv, buffer, peer, self.group))
+                pending.append((item, buffer))
+                if item == message:
+                    break
+        self._post(ops, pending, step)
+
+    def _post(self, ops: list, pending: list, step: _StepState) -> None:
         if not ops:
-            return [], None
+            return
         works = dist.batch_isend_irecv(ops)
-        if len(works) != len(ops):  # coalesced into one work (NCCL): the receive is done when all are
-            return works, buffer
-        step.sends += list(zip(works[: len(outgoing)], outgoing))
-        return works[len(outgoing) :], buffer
+        if len(works) != len(ops):  # coalesced into one work (NCCL): a receive is done when all are
+            for message, buffer in pending:
+                step.posted[message] = (works, buffer)
+            return
+        sends = len(ops) - len(pending)
+        step.sends += list(zip(works[:sends], ops[:sends]))
+        for (message, buffer), work in zip(pending, works[sends:]):
+            step.posted[message] = ([work], buffer)
+
+    def _needs(self, action: Action, step: _StepState) -> tuple[int, tuple] | None:
+        """(peer, message) that ``action``'s input arrives in, or None (a W, an end of the model, the V's turn)."""
+        i, k = action.microbatch, action.chunk
+        if action.kind == "F" and self._global_chunk(k) > 0 and self._prev_rank(k) is not None:
+            return self._prev_rank(k), ("act", i, k)
+        if action.kind == "B" and not self._is_last_chunk(k) and self._next_rank(k) is not None:
+            return self._next_rank(k), ("grad", i, k)
+        return None
+
+    def _take(self, step: _StepState, action: Action) -> torch.Tensor | None:
+        """``action``'s input: its received message (waited for), or what the V's turn left in memory."""
+        need = self._needs(action, step)
+        if need is None:
+            key = ("act" if action.kind == "F" else "grad", action.microbatch, action.chunk)
+            return step.local.pop(key, None)
+        works, buffer = step.posted.pop(need[1])
+        for work in works:
+            work.wait()
+        return buffer
+
+    def _buffer(self, message: tuple, step: _StepState) -> torch.Tensor:
+        """An empty tensor for ``message``: an activation has its chunk's header's shape, a gradient the
+        shape of our own output it belongs to (that forward ran before anyone could send it)."""
+        kind, i, k = message
+        shape, dtype = step.act_meta[k] if kind == "act" else step.stash[(i, k)].out_meta
+        return torch.empty(shape, dtype=dtype, device=step.device)
 
     # -- helpers --------------------------------------------------------------------------------
 
     @property
-    def _is_first(self) -> bool:
+    def _holds_first(self) -> bool:
+        """Whether global chunk 0 is here (the inputs are needed): stage 0."""
         return self.stage == 0
 
     @property
-    def _is_last(self) -> bool:
-        return self.stage == self.num_stages - 1
+    def _holds_last(self) -> bool:
+        """Whether the last global chunk is here (the targets are needed): the last stage, or in a V stage 0."""
+        return self._place(self.num_chunks * self.num_stages - 1)[0] == self.stage
 
-    def _global_chunk(self, k: int) -> int:
-        return k * self.num_stages + self.stage
+    def _global_chunk(self, k: int, stage: int | None = None) -> int:
+        s = self.stage if stage is None else stage
+        if self.placement == "v":
+            return s if k == 0 else 2 * self.num_stages - 1 - s
+        return k * self.num_stages + s
+
+    def _place(self, g: int) -> tuple[int, int]:
+        """(stage, local chunk) holding global chunk g."""
+        p = self.num_stages
+        if self.placement == "v":
+            return (g, 0) if g < p else (2 * p - 1 - g, 1)
+        return g % p, g // p
+
+    def _next_rank(self, k: int) -> int | None:
+        """Global rank chunk k's output goes to; None after the last chunk or when the next chunk is ours."""
+        g = self._global_chunk(k)
+        if self._is_last_chunk(k) or self._place(g + 1)[0] == self.stage:
+            return None
+        return self._ranks[self._place(g + 1)[0]]
+
+    def _prev_rank(self, k: int) -> int | None:
+        """Global rank chunk k's input comes from; None for chunk 0 or when the previous chunk is ours."""
+        g = self._global_chunk(k)
+        if g == 0 or self._place(g - 1)[0] == self.stage:
+            return None
+        return self._ranks[self._place(g - 1)[0]]
 
     def _is_last_chunk(self, k: int) -> bool:
         return self._global_chunk(k) == self.num_chunks * self.num_stages - 1
@@ -793,29 +903,6 @@ class PipelineStage:
                 return tensor.device
         nccl = dist.get_backend(self.group) == "nccl"
         return torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-
-    def _wait(self, in_flight: _InFlight) -> torch.Tensor | None:
-        """Wait for the receive posted by the previous action; return what it received, if anything."""
-        works, buffer = in_flight
-        for work in works:
-            work.wait()
-        return buffer
-
-    def _input_buffer(self, action: Action | None, step: _StepState) -> torch.Tensor | None:
-        """Where ``action``'s input from a neighbour lands: an activation from the previous chunk for a
-        forward (not for global chunk 0, nor before the header told its shape), a gradient from the
-        next chunk for a backward (not after the last chunk); a W receives nothing."""
-        if action is None or action.kind == "W":
-            return None
-        k = action.chunk
-        if action.kind == "F":
-            if self._global_chunk(k) == 0 or k not in step.act_meta:
-                return None
-            return torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)
-        if self._is_last_chunk(k):
-            return None
-        shape, dtype = step.stash[(action.microbatch, k)].out_meta
-        return torch.empty(shape, dtype=dtype, device=step.device)
 
     def _record(self, action: Action, t_start: float, device: torch.device) -> None:
         if device.type == "cuda":  # kernels are asynchronous: wait so the timeline shows real work
@@ -829,11 +916,11 @@ class PipelineStage:
         header = torch.zeros(_MAX_DIMS + 2, dtype=torch.int64, device=out.device)
         header[0], header[1] = _DTYPES.index(out.dtype), out.dim()
         header[2 : 2 + out.dim()] = torch.tensor(out.shape, dtype=torch.int64, device=out.device)
-        return dist.P2POp(dist.isend, header, self._ring_next, self.group)
+        return dist.P2POp(dist.isend, header, self._next_rank(k), self.group)
 
-    def _recv_header(self, device: torch.device, k: int) -> tuple[tuple[int, ...], torch.dtype]:
+    def _recv_header(self, device: torch.device, peer: int) -> tuple[tuple[int, ...], torch.dtype]:
         header = torch.empty(_MAX_DIMS + 2, dtype=torch.int64, device=device)
-        dist.recv(header, src=self._ring_prev, group=self.group)
+        dist.recv(header, src=peer, group=self.group)
         dtype_code, ndim, *dims = header.tolist()
         return tuple(dims[:ndim]), _DTYPES[dtype_code]
 
