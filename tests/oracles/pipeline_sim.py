@@ -35,9 +35,9 @@ DEFAULT_COST = {"F": 1, "B": 2, "W": 0}
 
 
 def action_key(action: Any) -> tuple[str, int, int]:
-    """``(kind, microbatch, local chunk)`` of an action given as a 2- or 3-tuple or an ``Action``."""
-    if isinstance(action, tuple) and len(action) in (2, 3) and isinstance(action[0], str):
-        return (action[0], action[1], action[2] if len(action) == 3 else 0)
+    """``(kind, microbatch, local chunk)`` of an action given as a 2- to 4-tuple (the 4th: overlap) or an ``Action``."""
+    if isinstance(action, tuple) and len(action) in (2, 3, 4) and isinstance(action[0], str):
+        return (action[0], action[1], action[2] if len(action) >= 3 else 0)
     return (action.kind, action.microbatch, getattr(action, "chunk", 0))
 
 

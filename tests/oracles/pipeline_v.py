@@ -1,0 +1,83 @@
+"""The Part 5 oracles for schedules in a V (ZB-V, DualPipeV): torch's own orders, the V's chunks, a rank's training.
+
+    from tests.oracles.pipeline_v import torch_v_schedule, v_chunks_of, v_train_rank
+    torch_v_schedule("zb-v", p, m, r)      # [(kind, microbatch, local chunk, overlap), ...] as torch runs it
+    results = run_ranks(p, v_train_rank, "dualpipev", checkpoint, m, batches)
+
+``torch_v_schedule`` asks torch's ``ScheduleZBVZeroBubble`` / ``ScheduleDualPipeV`` for the order of
+one rank (their ``_calculate_single_rank_operations``, called on a stand-in that carries only the
+three sizes it reads, so no process group is needed) and writes it in the kit's vocabulary: torch's
+stage index becomes the local chunk (stage r is chunk 0, stage 2p - 1 - r chunk 1), its I
+(input gradient) and FULL_BACKWARD both become "B" (a B with no W of its own is whole), and its
+OVERLAP_F_B becomes an F with overlap=True followed by the B. ``v_chunks_of`` cuts a model into 2p
+chunks with the tests' own split and returns rank r's two, (chunk r, chunk 2p - 1 - r);
+``v_train_rank`` trains them with ``PipelineStage(..., placement="v")``: rank 0 gets the inputs and
+the targets and returns the loss. Used by tests/test_pipeline_v.py, tests/staff/hidden/test_pipeline_v_hidden.py
+and scripts/bench/pipeline.py.
+"""
+
+from __future__ import annotations
+
+import types
+from collections import OrderedDict
+
+import torch
+from torch import nn
+from torch.distributed.pipelining import schedules as torch_schedules
+
+from tests.oracles.pipeline import build_model, stage_bounds
+
+TORCH_V_SCHEDULES = {"zb-v": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV"}
+
+
+def torch_v_schedule(schedule: str, p: int, m: int, rank: int) -> list[tuple[str, int, int, bool]]:
+    """Rank ``rank``'s order under torch's ``schedule`` ("zb-v" or "dualpipev") with p ranks and m microbatches."""
+    cls = getattr(torch_schedules, TORCH_V_SCHEDULES[schedule])
+    stand_in = types.SimpleNamespace(pp_group_size=p, _n_microbatches=m, num_stages=2 * p)
+    kinds = {torch_schedules.FORWARD: "F", torch_schedules.BACKWARD_INPUT: "B",
+             torch_schedules.FULL_BACKWARD: "B", torch_schedules.BACKWARD_WEIGHT: "W"}  # fmt: skip
+    out = []
+    for action in cls._calculate_single_rank_operations(stand_in, rank):
+        if action is None:  # torch's idle slot
+            continue
+        if action.computation_type == torch_schedules.OVERLAP_F_B:
+            forward, backward = action.sub_actions
+            out.append(("F", forward.microbatch_index, int(forward.stage_index != rank), True))
+            out.append(("B", backward.microbatch_index, int(backward.stage_index != rank), False))
+        else:
+            out.append(
+                (kinds[action.computation_type], action.microbatch_index, int(action.stage_index != rank), False)
+            )
+    return out
+
+
+def v_chunks_of(model: nn.Sequential, p: int, rank: int) -> list[nn.Sequential]:
+    """Rank ``rank``'s chunks of ``model`` cut into 2p: global chunks rank and 2p - 1 - rank (the model's names)."""
+    layers = list(model.named_children())
+    bounds = stage_bounds(len(model), 2 * p)
+    return [nn.Sequential(OrderedDict(layers[a:b])) for a, b in (bounds[rank], bounds[2 * p - 1 - rank])]
+
+
+def v_pipeline_stage(ctx, P, model: nn.Sequential, probe: nn.Module | None = None):
+    """In a rank: ``P.PipelineStage`` over this rank's two V chunks of ``model`` (each behind ``probe``
+    if given) with an MSE loss; returns (stage, chunks)."""
+    chunks = v_chunks_of(model.to(ctx.device), ctx.world_size, ctx.rank)
+    if probe is not None:
+        chunks = [nn.Sequential(probe, *chunk) for chunk in chunks]
+    return P.PipelineStage(chunks, ctx.rank, ctx.world_size, nn.MSELoss(), placement="v"), chunks
+
+
+def v_train_rank(ctx, schedule, checkpoint, m, batches, model_kind="deep"):
+    """In a rank: SGD steps of a V pipeline under ``schedule``; per step the loss (rank 0) and this rank's grads."""
+    P = ctx.load("pipeline")
+    pipe, chunks = v_pipeline_stage(ctx, P, build_model(model_kind, 2 * ctx.world_size))
+    opt = torch.optim.SGD([q for c in chunks for q in c.parameters()], lr=0.1)
+    steps = []
+    for x, y in batches:
+        opt.zero_grad()
+        first = ctx.rank == 0  # the V's both ends
+        loss = pipe.train_step(x.to(ctx.device) if first else None, y.to(ctx.device) if first else None, m,
+                               schedule=schedule, checkpoint=checkpoint)  # fmt: skip
+        steps.append((loss, {n: q.grad for c in chunks for n, q in c.named_parameters()}))
+        opt.step()
+    return steps
