@@ -265,12 +265,20 @@ class WorkerPool:
         return bool(self.ranks) and all(r.proc.poll() is None for r in self.ranks)
 
     def close(self) -> None:
-        """Kill every rank and everything it started (each rank leads its own session)."""
+        """Kill every rank and everything it started: its process group (each rank leads its own session),
+        and every descendant found before that, even one that left the group (``setsid``, a new session):
+        once the rank is dead its orphans would be re-parented out of reach."""
         for r in self.ranks:
+            descendants = _descendants(r.proc.pid)
             try:
                 os.killpg(r.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            for pid in descendants:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
         for r in self.ranks:
             try:
                 r.proc.wait(timeout=10)
@@ -279,6 +287,31 @@ class WorkerPool:
             r.conn.close()
         self.ranks = []
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every living descendant of ``pid`` (children first), from /proc's parent links; [] off Linux."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])  # after "pid (comm) state": the parent's pid
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop(0)
+        found.append(child)
+        todo.extend(children.get(child, []))
+    return found
 
 
 def _hung_in(stacks: str, impl: str) -> set[str]:

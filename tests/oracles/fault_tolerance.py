@@ -1,0 +1,321 @@
+"""Oracles and shared rank functions for Part 10's restart and live-recovery tests (Tasks 10.5-10.6).
+
+The oracle restates the job's specification (``fault_tolerance.TrainConfig``, ``build_model``, ``batch``)
+in one process: the float64 MLP with parameters drawn from ``Generator(seed)`` in ``parameters()`` order
+(``randn * 0.5``), step s's global batch drawn from ``Generator(seed * 100003 + s)`` (inputs, then targets),
+mean-squared error, AdamW(lr 0.05, weight decay 0.01). A data-parallel run of any world size over the same
+global batch, interrupted or not, must end with these parameters up to the order of additions.
+
+The rank functions return plain values (no object of the implementation), so the parent judges
+without importing it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+CONFIG = {"steps": 6, "global_batch": 12, "checkpoint_every": 2, "dims": (5, 7, 3), "seed": 0}
+TIMEOUT_S = 1.0  # the detector's heartbeat timeout in these tests (TrainConfig.heartbeat_timeout)
+SLACK_S = 2.0  # what a loaded 2-core machine may add to a detection on top of the timeout
+
+
+def oracle_model(dims=CONFIG["dims"], seed: int = CONFIG["seed"]) -> nn.Sequential:
+    d_in, d_hidden, d_out = dims
+    gen = torch.Generator().manual_seed(seed)
+    model = nn.Sequential(nn.Linear(d_in, d_hidden), nn.Tanh(), nn.Linear(d_hidden, d_out)).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
+    return model
+
+
+def oracle_batch(step: int, global_batch: int = CONFIG["global_batch"], dims=CONFIG["dims"], seed: int = 0):
+    gen = torch.Generator().manual_seed(seed * 100_003 + step)
+    x = torch.randn(global_batch, dims[0], generator=gen, dtype=torch.float64)
+    y = torch.randn(global_batch, dims[2], generator=gen, dtype=torch.float64)
+    return x, y
+
+
+def uninterrupted(steps: int = CONFIG["steps"], **config) -> dict[str, torch.Tensor]:
+    """The parameters after ``steps`` AdamW steps of one process on every step's whole global batch."""
+    config = {**CONFIG, **config}
+    model = oracle_model(config["dims"], config["seed"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
+    for step in range(steps):
+        x, y = oracle_batch(step, config["global_batch"], config["dims"], config["seed"])
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# -- Task 10.5: a supervised job, summarized as plain values ------------------------------------------
+
+
+def _failure(f) -> dict | None:
+    if f is None:
+        return None
+    return {"rank": f.rank, "dead_rank": f.dead_rank, "step": f.step, "waiting_for": f.waiting_for, "how": f.how,
+            "noticed_at": f.noticed_at, "message": str(f)}  # fmt: skip
+
+
+def supervise_rank(ctx, world_size: int, config: dict, *, spares: int, fault: dict | None, deadline: float = 20.0):
+    """Run ``supervise(train_job, ...)`` from this rank (it forks the job's ranks) and summarize what happened:
+    every attempt's world size, start step and per-rank outcome, the steps left on disk, the final values."""
+    ft = ctx.load("fault_tolerance")
+    directory = tempfile.mkdtemp(prefix="cs336-ft-")
+    try:
+        cfg = ft.TrainConfig(directory=directory, heartbeat_timeout=TIMEOUT_S, **config)
+        plan = ft.FaultPlan(**fault) if fault else None
+        try:
+            history = ft.supervise(ft.train_job, cfg, world_size=world_size, spares=spares, fault=plan,
+                                   deadline=deadline, grace=3.0)  # fmt: skip
+        except RuntimeError as exc:  # the message is the teaching part: the parent shows it
+            return {"raised": f"{type(exc).__name__}: {exc}"}
+        attempts = [
+            {"world_size": a.world_size, "start_step": a.start_step,
+             "outcomes": [{"rank": o.rank, "ok": o.ok, "died": o.died, "exitcode": o.exitcode, "error": o.error,
+                           "failure": _failure(o.failure), "fault_at": o.fault_at, "stacks": o.stacks}
+                          for o in a.outcomes]}
+            for a in history.attempts
+        ]  # fmt: skip
+        return {"attempts": attempts, "result": history.result,
+                "folders": sorted(p.name for p in Path(directory).iterdir())}  # fmt: skip
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def describe(summary: dict) -> str:
+    """What the supervised job did, attempt by attempt, rank by rank: the text of a failed check."""
+    if "raised" in summary:
+        return f"supervise raised:\n{summary['raised']}"
+    lines = []
+    for i, a in enumerate(summary["attempts"]):
+        lines.append(f"attempt {i}: world size {a['world_size']}, from step {a['start_step']}")
+        for o in a["outcomes"]:
+            if o["failure"]:
+                state = f"reported: {o['failure']['message']}"
+            elif o["ok"]:
+                state = "finished"
+            else:
+                state = f"ended with exit code {o['exitcode']}" + (
+                    f": {o['error'].strip()[-1500:]}" if o["error"] else ""
+                )
+            lines.append(f"  rank {o['rank']}: {state}")
+            if o["stacks"]:
+                lines.append("  its stack when the launcher killed it:\n" + o["stacks"][-1500:])
+    lines.append(f"step folders left on disk: {summary['folders']}")
+    return "\n".join(lines)
+
+
+def check_survivors_noticed(summary: dict, fault: dict, *, expect_step: int, expect_waiting: str,
+                            expect_how: str) -> None:  # fmt: skip
+    """Every survivor of the first attempt reported a ``PeerFailure`` naming the faulty rank, its step, what
+    the survivor waited for and how it noticed, within the timeout plus slack of the fault."""
+    assert "raised" not in summary, describe(summary)
+    first = summary["attempts"][0]
+    dead = fault["rank"]
+    killed = first["outcomes"][dead]
+    assert killed["fault_at"] is not None, f"rank {dead} never reached step {fault['step']}\n{describe(summary)}"
+    for o in first["outcomes"]:
+        if o["rank"] == dead:
+            continue
+        f = o["failure"]
+        assert f is not None, (
+            f"rank {o['rank']} survived rank {dead}'s fault but did not report a PeerFailure\n{describe(summary)}"
+        )
+        got = (f["rank"], f["dead_rank"], f["step"])
+        assert got == (o["rank"], dead, expect_step), (
+            f"rank {o['rank']}'s PeerFailure says (reporter, dead rank, step) = {got}, expected "
+            f"{(o['rank'], dead, expect_step)}\n{describe(summary)}"
+        )
+        assert expect_waiting in f["waiting_for"], (
+            f"rank {o['rank']} says it waited for {f['waiting_for']!r}; it was waiting for {expect_waiting}"
+        )
+        assert expect_how in f["how"], f"rank {o['rank']} noticed it by {f['how']!r}, expected {expect_how!r}"
+        assert expect_waiting in f["message"] and f"rank {dead}" in f["message"], f"message: {f['message']!r}"
+        took = f["noticed_at"] - killed["fault_at"]
+        limit = TIMEOUT_S + SLACK_S
+        assert took < limit, f"rank {o['rank']} noticed rank {dead}'s fault after {took:.2f} s (limit {limit} s)"
+
+
+def check_final_parameters(summary: dict, expected: dict[str, torch.Tensor]) -> None:
+    """Every rank of the last attempt ends with the uninterrupted run's parameters (float64 tolerance)."""
+    from tests.harness import assert_close
+
+    assert "raised" not in summary, describe(summary)
+    for rank, value in enumerate(summary["result"]):
+        for name, want in expected.items():
+            assert_close(value["params"][name], want, what=f"rank {rank} of the last attempt, parameter {name}")
+
+
+def plan_restart_rank(ctx) -> dict:
+    """Steps 2, 4 and 6 saved at world 1; step 4 loses its commit marker, step 6 gets a truncated file; then
+    ``plan_restart`` for several (healthy, global batch) pairs, and once on an empty folder."""
+    ft, ckpt = ctx.load("fault_tolerance"), ctx.load("checkpoint")
+    directory, empty = tempfile.mkdtemp(prefix="cs336-ft-"), tempfile.mkdtemp(prefix="cs336-ft-")
+    try:
+        state = {"w": torch.arange(6.0, device=ctx.device), "step": 0}
+        for step in (2, 4, 6):
+            ckpt.save_checkpoint(state, directory, step)
+        (ckpt.step_directory(directory, 4) / ckpt.COMMIT_MARKER).unlink()
+        six = ckpt.step_directory(directory, 6)
+        biggest = max((p for p in six.iterdir() if p.name != ckpt.COMMIT_MARKER), key=lambda p: p.stat().st_size)
+        biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
+        plans = {}
+        for healthy, batch in [(4, 12), (3, 12), (5, 12), (7, 12), (3, 8), (1, 12)]:
+            plan = ft.plan_restart(directory, healthy=healthy, global_batch=batch)
+            plans[(healthy, batch)] = (plan.step, plan.world_size)
+        plan = ft.plan_restart(empty, healthy=4, global_batch=12)
+        return {"plans": plans, "empty": (plan.step, plan.world_size)}
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(empty, ignore_errors=True)
+
+
+def _beat_forever(store, rank: int, step: int, stop) -> None:
+    count = 0
+    while not stop.wait(0.02):
+        count += 1
+        store.set(f"heartbeat/{rank}", f"{count} {step}")
+
+
+def detector_rank(ctx, scenario: str) -> dict:
+    """A ``FailureDetector`` of rank 0 on an in-process store, with peers played by threads (``peers``) or by
+    the test (``waiting``); what it reports, and when."""
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    ft = ctx.load("fault_tolerance")
+    store, stop = dist.HashStore(), threading.Event()
+    out: dict = {}
+    if scenario == "peers":  # peer 1 beats once and falls silent, 2 and 3 keep beating; later 1 stops, 2 dies
+        store.set("heartbeat/1", "1 7")
+        beaters = [threading.Thread(target=_beat_forever, args=(store, r, 3, stop), daemon=True) for r in (2, 3)]
+        for t in beaters:
+            t.start()
+        det = ft.FailureDetector(store, 0, 4, interval=0.02, timeout=0.3).start()
+        start, first, beating = time.monotonic(), None, None
+        while time.monotonic() - start < 0.9:
+            found = det.failed_peer()
+            if found is not None and found[0] == 3:
+                beating = found
+            if found is not None and found[0] == 1 and first is None:
+                first = (tuple(found), time.monotonic() - start)
+            time.sleep(0.02)
+        out["beating_peer_failed"] = beating
+        out["early"] = first if first is not None and first[1] < 0.25 else None
+        out["silent"] = first[0] if first is not None else None
+        store.set("heartbeat/1", "stopped")
+        time.sleep(0.1)
+        out["stopped"] = det.failed_peer()
+        store.set("dead/2", "-9")
+        noticed = time.monotonic()
+        out["dead"] = det.failed_peer()
+        out["dead_took"] = time.monotonic() - noticed
+        det.stop()
+    else:  # waiting: an error with a healthy peer, an error after a death, a body blocked on a silent peer
+        beater = threading.Thread(target=_beat_forever, args=(store, 1, 4, stop), daemon=True)
+        beater.start()
+        det = ft.FailureDetector(store, 0, 2, interval=0.02, timeout=0.3).start()
+        try:
+            with det.waiting("a step"):
+                1 / 0  # noqa: B018 - an error that has nothing to do with the peers
+        except Exception as exc:  # noqa: BLE001
+            out["passed_through"] = type(exc).__name__
+        store.set("dead/1", "-9")
+        out["converted"], out["converted_other"] = None, None
+        try:
+            with det.waiting("the all-reduce of step 4"):
+                raise RuntimeError("Connection closed by peer")
+        except Exception as exc:  # noqa: BLE001
+            if type(exc).__name__ == "PeerFailure":
+                out["converted"] = (exc.rank, exc.dead_rank, exc.step, exc.waiting_for)
+            else:
+                out["converted_other"] = f"{type(exc).__name__}: {exc}"
+        det.stop()
+        stop.set()
+        beater.join()
+        # A body blocked on a peer that falls silent: the detector's thread must call on_failure.
+        store2, stop2, calls = dist.HashStore(), threading.Event(), []
+        beater = threading.Thread(target=_beat_forever, args=(store2, 1, 2, stop2), daemon=True)
+        beater.start()
+
+        def on_failure(failure) -> None:
+            calls.append((failure.waiting_for, time.monotonic()))
+
+        det = ft.FailureDetector(store2, 0, 2, interval=0.02, timeout=0.3, on_failure=on_failure).start()
+        time.sleep(0.1)
+        stop2.set()
+        silent_from = time.monotonic()
+        with det.waiting("the gradient all-reduce of step 2"):
+            while not calls and time.monotonic() - silent_from < 3.0:
+                time.sleep(0.01)  # blocked, as in a collective that never returns
+        out["on_failure"] = (calls[0][0],) if calls else None
+        out["on_failure_took"] = calls[0][1] - silent_from if calls else float("inf")
+        det.stop()
+    stop.set()
+    return out
+
+
+# -- Task 10.6: live recovery -----------------------------------------------------------------------------
+
+
+def replica_state_bytes() -> tuple[int, int]:
+    """(bytes, tensors) of a replica's state of the oracle model under AdamW: each parameter, its exp_avg and
+    exp_avg_sq (float64) and its step (a float32 scalar)."""
+    params = list(oracle_model().parameters())
+    return sum(3 * p.numel() * 8 + 4 for p in params), 4 * len(params)
+
+
+def live_recovery_rank(ctx, replaced: int, steps_before: int, steps_after: int, group_ranks=None) -> dict:
+    """DDP (your ``all_reduce_gradients_flat``) over ``group_ranks`` (default: the world); after ``steps_before``
+    steps rank ``replaced`` starts over (another model, an empty AdamW, step 0) and ``recover_replica`` runs
+    under the recorder; then ``steps_after`` more steps."""
+    import torch.distributed as dist
+
+    from tests.harness.recorder import CommRecorder
+
+    ft, ddp = ctx.load("fault_tolerance"), ctx.load("ddp")
+    group = None
+    ranks = list(range(ctx.world_size))
+    if group_ranks is not None:  # several independent replica groups: every rank makes every group
+        groups = [dist.new_group(g) for g in group_ranks]
+        ranks = next(g for g in group_ranks if ctx.rank in g)
+        group = groups[group_ranks.index(ranks)]
+    me, n = ranks.index(ctx.rank), len(ranks)
+
+    def fresh(seed: int):
+        model = oracle_model(seed=seed).to(ctx.device)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
+
+    def train(step: int) -> None:
+        x, y = (t.to(ctx.device) for t in oracle_batch(step))
+        rows = slice(me * x.shape[0] // n, (me + 1) * x.shape[0] // n)
+        nn.functional.mse_loss(model(x[rows]), y[rows]).backward()
+        ddp.all_reduce_gradients_flat(model, group=group)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    model, optimizer = fresh(0)
+    for step in range(steps_before):
+        train(step)
+    step = steps_before
+    if ctx.rank == replaced:  # a new process on a new node: nothing of the old replica survives
+        model, optimizer = fresh(1234)
+        step = 0
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    with CommRecorder() as rec:
+        step = ft.recover_replica(model, optimizer, step, replaced=replaced, group=group)
+    after = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for s in range(step, step + steps_after):
+        train(s)
+    return {"events": rec.events, "step": step, "before": before, "after": after,
+            "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}  # fmt: skip

@@ -1,0 +1,240 @@
+"""Part 10, Tasks 10.5-10.6: a killed rank, a restart, and live recovery (handouts/10-failures.md §10.5-§10.6).
+
+    pytest tests/test_fault_tolerance.py                   # your implementation, world sizes 1, 2, 4
+    pytest tests/test_fault_tolerance.py -m task10_5       # failure detection and supervised restart only
+
+Faults are real: the job's ranks are processes forked by ``launch`` inside one test rank, and a rank is
+killed with SIGKILL (or frozen with SIGSTOP, a hung GPU) at a step drawn at random (seeded). Judged: every
+survivor reports a ``PeerFailure`` naming the rank, its step and what it waited for, within the heartbeat
+timeout plus slack; the restart resumes from the newest committed checkpoint at the right world size; the
+job ends with the parameters of one uninterrupted process on every step's global batch
+(tests/oracles/fault_tolerance.py). Live recovery is judged by its messages: who sends to whom, and that
+the bytes on the wire are the replica's state, once.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import pytest
+import torch
+
+from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.harness.recorder import format_events
+from tests.oracles.fault_tolerance import (
+    CONFIG,
+    check_final_parameters,
+    check_survivors_noticed,
+    describe,
+    detector_rank,
+    live_recovery_rank,
+    plan_restart_rank,
+    replica_state_bytes,
+    supervise_rank,
+    uninterrupted,
+)
+
+DEADLINE_S = 60  # the supervised job has its own deadline (20 s) well inside this one
+
+
+def _kill_step(world_size: int, salt: int) -> int:
+    """A random step in 1..steps-1 (seeded: a failure is reproducible), past the first checkpoint or not."""
+    return random.Random(world_size * 1000 + salt).randint(1, CONFIG["steps"] - 1)
+
+
+def _committed_before(step: int) -> int:
+    """The newest checkpoint the job committed before dying during step ``step`` (0: none)."""
+    return step // CONFIG["checkpoint_every"] * CONFIG["checkpoint_every"]
+
+
+# -- Task 10.5: failure detection ----------------------------------------------------------------------
+
+
+@pytest.mark.task10_5
+def test_detector_fails_a_silent_peer_after_the_timeout_and_a_dead_one_at_once():
+    """A peer whose heartbeat stops fails after ``timeout`` (not before), one the launcher saw die fails at
+    once, a stopped peer never; the PeerFailure names the peer, its last step and how it was noticed."""
+    (out,) = run_ranks(1, detector_rank, "peers", deadline=30)
+    assert out["beating_peer_failed"] is None, f"a peer that keeps beating was declared failed: {out}"
+    assert out["early"] is None, f"a peer silent for less than the timeout was declared failed: {out['early']}"
+    assert out["silent"] is not None, "a peer silent for twice the timeout was never declared failed"
+    assert out["silent"][:2] == (1, 7), f"expected (rank 1, its last step 7), got {out['silent']}"
+    assert "heartbeat" in out["silent"][2], f"how it was noticed should mention the heartbeat: {out['silent'][2]!r}"
+    assert out["dead"] is not None and out["dead"][0] == 2, f"dead/2 was posted, got {out['dead']}"
+    assert out["dead_took"] < 0.5, f"a peer the launcher saw die took {out['dead_took']:.2f} s to be noticed"
+    assert "SIGKILL" in out["dead"][2], f"how rank 2 was noticed should name its signal: {out['dead'][2]!r}"
+    assert out["stopped"] is None, f"a peer that stopped its detector was declared failed: {out['stopped']}"
+
+
+@pytest.mark.task10_5
+def test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure():
+    """``waiting``: an error while a peer has failed becomes a PeerFailure saying what was waited for; an error
+    with every peer healthy goes through unchanged; a body blocked on a failed peer gets ``on_failure``."""
+    (out,) = run_ranks(1, detector_rank, "waiting", deadline=30)
+    assert out["converted"] is not None, f"the error became {out['converted_other']!r}, not a PeerFailure"
+    rank, dead, step, waiting_for = out["converted"]
+    assert (rank, dead, step) == (0, 1, 4), f"(reporter, dead rank, step) = {(rank, dead, step)}, expected (0, 1, 4)"
+    assert waiting_for == "the all-reduce of step 4", f"waiting_for is {waiting_for!r}"
+    assert out["passed_through"] == "ZeroDivisionError", (
+        f"an error with no failed peer must go through unchanged, got {out['passed_through']!r}"
+    )
+    assert out["on_failure"] is not None, "a body blocked on a silent peer never got on_failure"
+    assert out["on_failure"][0] == "the gradient all-reduce of step 2", f"on_failure got {out['on_failure']}"
+    assert out["on_failure_took"] < 1.0 + 1.5, f"on_failure came {out['on_failure_took']:.2f} s after the silence"
+
+
+# -- Task 10.5: the restart policy and the supervisor ------------------------------------------------
+
+
+@pytest.mark.task10_5
+def test_restart_plan_takes_the_newest_committed_step_at_the_largest_dividing_world_size():
+    """``plan_restart``: torn saves newer than the last commit are skipped; the world size is the largest one
+    that the healthy ranks allow and that divides the global batch."""
+    (out,) = run_ranks(1, plan_restart_rank, deadline=30)
+    assert out["empty"] == (0, 4), f"no checkpoint, 4 healthy, batch 12: expected (step 0, world 4), got {out['empty']}"
+    for healthy, batch, world in [(4, 12, 4), (3, 12, 3), (5, 12, 4), (7, 12, 6), (3, 8, 2), (1, 12, 1)]:
+        step, got = out["plans"][(healthy, batch)]
+        assert step == 2, f"steps 2 (committed), 4 (no commit marker), 6 (truncated file) on disk: resumed {step}"
+        assert got == world, f"healthy={healthy}, global_batch={batch}: world size {got}, expected {world}"
+
+
+@pytest.mark.task10_5
+def test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commit(world_size):
+    """DDP, one rank SIGKILLed at a random step: every survivor reports it (rank, step, the gradient all-reduce)
+    at once, a spare takes its place, the job resumes from the last commit and ends as an uninterrupted run."""
+    step = _kill_step(world_size, 1)
+    fault = {"rank": world_size - 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
+    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "ddp"}, spares=1, fault=fault,
+                           deadline=DEADLINE_S)  # fmt: skip
+    check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"the gradient all-reduce of step {step}",
+                            expect_how="exited")  # fmt: skip
+    attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
+    assert attempts == [(world_size, 0), (world_size, _committed_before(step))], (
+        f"(world size, start step) per attempt: {attempts}, expected the spare to restart at world {world_size} "
+        f"from step {_committed_before(step)}, the last committed before the kill at step {step}\n{describe(summary)}"
+    )
+    check_final_parameters(summary, uninterrupted())
+
+
+@pytest.mark.task10_5
+def test_without_a_spare_fsdp_restarts_smaller_through_resharding(world_size):
+    """FSDP, one rank SIGKILLed at a random step, no spare: the job restarts at the largest world size that the
+    survivors allow and that divides the global batch, reloading its shards resharded, and ends as an
+    uninterrupted run."""
+    if world_size < 2:
+        pytest.skip("a smaller world needs a survivor: world size 2 or more")
+    step = _kill_step(world_size, 2)
+    fault = {"rank": 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
+    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "fsdp"}, spares=0, fault=fault,
+                           deadline=DEADLINE_S)  # fmt: skip
+    check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"step {step} (FSDP)", expect_how="exited")
+    smaller = max(w for w in range(1, world_size) if CONFIG["global_batch"] % w == 0)
+    attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
+    assert attempts == [(world_size, 0), (smaller, _committed_before(step))], (
+        f"(world size, start step) per attempt: {attempts}, expected a restart at world {smaller} from step "
+        f"{_committed_before(step)}\n{describe(summary)}"
+    )
+    check_final_parameters(summary, uninterrupted())
+
+
+@pytest.mark.task10_5
+def test_a_hung_rank_is_noticed_by_its_missing_heartbeat():
+    """A rank frozen with SIGSTOP keeps its sockets open, so the all-reduce blocks (as on NCCL): the survivor
+    notices the missing heartbeat within the timeout, reports, and the job restarts and finishes."""
+    step = _kill_step(2, 3)
+    fault = {"rank": 1, "step": step, "point": "sync", "signal": signal.SIGSTOP}
+    (summary,) = run_ranks(1, supervise_rank, 2, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
+    check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"the gradient all-reduce of step {step}",
+                            expect_how="heartbeat")  # fmt: skip
+    check_final_parameters(summary, uninterrupted())
+
+
+# -- Task 10.6: live recovery from a healthy replica ---------------------------------------------------
+
+
+@pytest.mark.task10_6
+def test_a_replaced_replica_gets_the_healthy_replicas_state_over_the_network(world_size):
+    """DDP, 2 steps, then the last rank is replaced (fresh model, empty AdamW, step 0) and recovers from the
+    next rank (cyclically): only that rank sends, only to it, exactly the state's tensors (parameters, AdamW
+    state) after a header; the others keep their state untouched; 2 more steps end as an uninterrupted run."""
+    if world_size < 2:
+        pytest.skip("live recovery needs a healthy replica: world size 2 or more")
+    replaced, healthy = world_size - 1, 0
+    outs = run_ranks(world_size, live_recovery_rank, replaced, 2, 2, deadline=30)
+    state_bytes, state_tensors = replica_state_bytes()
+    for rank, out in enumerate(outs):
+        events = [e for e in out["events"] if e.op != "wait"]
+        assert out["step"] == 2, f"rank {rank}: recover_replica returned step {out['step']}, expected 2"
+        if rank == healthy:
+            assert all(e.op == "send" and e.peer == replaced for e in events), (
+                f"rank {rank} (healthy) must only send to rank {replaced}:\n{format_events(events)}"
+            )
+            sent = sum(e.nbytes for e in events[2:])
+            assert (len(events[2:]), sent) == (state_tensors, state_bytes), (
+                f"after the header, rank {rank} sent {len(events[2:])} tensors of {sent} bytes; the state is "
+                f"{state_tensors} tensors of {state_bytes} bytes (parameters, exp_avg, exp_avg_sq, step)\n"
+                f"{format_events(events)}"
+            )
+        elif rank == replaced:
+            assert events and all(e.op == "recv" and e.peer == healthy for e in events), (
+                f"rank {rank} (replaced) must only receive from rank {healthy}:\n{format_events(events)}"
+            )
+        else:
+            assert not events, (
+                f"rank {rank} is neither replaced nor the source but communicated:\n{format_events(events)}"
+            )
+        if rank != replaced:
+            for name, before in out["before"].items():
+                assert torch.equal(out["after"][name], before), f"rank {rank} (healthy) had {name} changed by recovery"
+    expected = uninterrupted(steps=4)
+    for rank, out in enumerate(outs):
+        for name, want in expected.items():
+            assert_close(out["params"][name], want, what=f"rank {rank} after recovery and 2 more steps, {name}")
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+BAD_INPUT = [
+    BadInput(
+        "detector-interval-not-below-timeout",
+        lambda F, ctx: F.FailureDetector(torch.distributed.HashStore(), 0, 2, interval=1.0, timeout=0.5),
+        "ValueError",
+        names="interval",
+        task="task10_5",
+    ),  # fmt: skip
+    BadInput(
+        "plan-restart-no-healthy-rank",
+        lambda F, ctx: F.plan_restart("/nonexistent", healthy=0, global_batch=8),
+        "ValueError",
+        names="healthy",
+        task="task10_5",
+    ),  # fmt: skip
+    BadInput(
+        "send-state-src-equals-dst",
+        lambda F, ctx: F.send_replica_state({}, src=0, dst=0),
+        "ValueError",
+        names="src",
+        task="task10_6",
+    ),  # fmt: skip
+    BadInput(
+        "recover-replaced-outside-the-group",
+        lambda F, ctx: F.recover_replica(
+            torch.nn.Linear(2, 2),
+            torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1),
+            0,
+            replaced=ctx.world_size,
+        ),
+        "ValueError",
+        names="replaced",
+        task="task10_6",
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    """Bad arguments raise a ValueError naming the argument on every rank, before any message."""
+    outs = run_ranks(world_size, bad_input_rank, "fault_tolerance", case)
+    assert_rejected_before_communicating(outs, case)
