@@ -80,6 +80,7 @@ TP_HIDDEN = partial(Check, "tests/staff/hidden/test_tensor_parallel_hidden.py", 
 PIPELINE = partial(Check, "tests/test_pipeline.py", names=("rank", "stage"))
 SCHEDULES = partial(Check, "tests/test_pipeline_schedules.py", names=("rank", "stage"))  # Tasks 5.4-5.6
 PIPELINE_HIDDEN = partial(Check, "tests/staff/hidden/test_pipeline_hidden.py", names=("rank", "stage"))
+PIPELINE_V = partial(Check, "tests/test_pipeline_v.py", world_sizes="2,4", names=("rank", "p="))  # Tasks 5.7-5.8
 ACCOUNTING = partial(Check, "tests/test_accounting.py", deadline=20)
 ACCOUNTING_HIDDEN = partial(Check, "tests/staff/hidden/test_accounting_hidden.py", deadline=20)
 MESH = partial(Check, "tests/test_mesh.py", world_sizes="4", deadline=20)
@@ -92,6 +93,8 @@ CP = partial(Check, "tests/test_context_parallel.py", deadline=15, names=RANK)
 CP_HIDDEN = partial(Check, "tests/staff/hidden/test_context_parallel_hidden.py", deadline=15, names=RANK)
 CP_ACCOUNTING = partial(Check, "tests/test_context_parallel_accounting.py", deadline=15)
 FAILURE_ACCOUNTING = partial(Check, "tests/test_checkpoint_accounting.py", deadline=15)
+CKPT = partial(Check, "tests/test_checkpoint.py", deadline=15, world_sizes="1,2")
+CKPT_HIDDEN = partial(Check, "tests/staff/hidden/test_checkpoint_hidden.py", deadline=20, world_sizes="1,2")
 
 # Recurring selections.
 SUMS = "::test_every_algorithm_sums_exactly_in_place"
@@ -1542,6 +1545,169 @@ MUTANTS = [
         old="return max(math.sqrt(2 * s * m), w)",
         new="return math.sqrt(2 * s * m)",
         caught_by=FAILURE_ACCOUNTING("goodput_peaks", "async interval when the write"),
+    ),
+    # -- checkpoint (§10.1-10.4) --
+    Mutant(
+        "checkpoint_latest_trusts_the_metadata",
+        "checkpoint",
+        "latest_checkpoint takes any step folder with its metadata as committed: the marker is never looked at",
+        old="_read_committed(step_directory(root, step))",
+        new="json.loads((step_directory(root, step) / _METADATA).read_bytes())",
+        caught_by=CKPT(
+            "::test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint[w1-first-rank-last-op]",
+            "latest_checkpoint returned 2",
+            world_sizes="1",
+        ),
+    ),
+    Mutant(
+        "checkpoint_load_skips_the_checksums",
+        "checkpoint",
+        "load_checkpoint trusts the bytes it reads: block checksums are written but never checked on load",
+        old='_check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")',
+        new="pass  # the checksums are for verify_checkpoint",
+        caught_by=CKPT("flipped_byte", "without noticing"),
+    ),
+    Mutant(
+        "checkpoint_reads_whole_boxes",
+        "checkpoint",
+        "a resharding load reads every block of each saved box it overlaps, not only the blocks it needs",
+        old="{i for a, b in runs for i in range(a // CHECKSUM_BLOCK_BYTES, -(-b // CHECKSUM_BLOCK_BYTES))}",
+        new='set(range(-(-box["nbytes"] // CHECKSUM_BLOCK_BYTES)))',
+        caught_by=CKPT("fsdp_checkpoint_loads", "read only the ranges your boxes need"),
+    ),
+    Mutant(
+        "checkpoint_reshard_from_the_box_start",
+        "checkpoint",
+        "a saved box overlapped from its middle is read from its first row: off by the overlap's offset",
+        old="start = sum((rel_lo[d] + outer[d]) * strides[d] for d in range(k)) + rel_lo[k] * strides[k]",
+        new="start = sum((rel_lo[d] + outer[d]) * strides[d] for d in range(k))",
+        caught_by=CKPT("fsdp_checkpoint_loads", "box of", names=RANK),
+    ),
+    Mutant(
+        "checkpoint_rng_not_saved",
+        "checkpoint",
+        "capture_training_state leaves out torch's RNG state: dropout masks after a resume differ",
+        old='"rng.torch": torch.get_rng_state().numpy().tobytes(),',
+        new="",
+        caught_by=(CKPT("resumed_training", "rng.torch"), CKPT("missing_piece", "rng.torch")),
+    ),
+    Mutant(
+        "checkpoint_sampler_position_not_restored",
+        "checkpoint",
+        "restore_training_state restores the RNGs but not the sampler's position: the data order restarts",
+        old='sampler.load_state_dict(copy.deepcopy(saved["sampler"]))',
+        new="pass",
+        caught_by=CKPT("resumed_training", "sampler position", names=RANK),
+    ),
+    Mutant(
+        "checkpoint_async_without_a_staging_copy",
+        "checkpoint",
+        "AsyncCheckpointer.save hands the live tensors to the background thread: it saves a later step's values",
+        old='staged[key] = Shard(value.local.detach().to("cpu", copy=True), value.global_shape, value.offsets)',
+        new="staged[key] = Shard(value.local.detach(), value.global_shape, value.offsets)",
+        caught_by=CKPT("async_save", "stage a copy", names=RANK),
+    ),
+    Mutant(
+        "checkpoint_every_replica_writes",
+        "checkpoint",
+        "every rank writes every box it holds: a replicated tensor is written once per data-parallel replica",
+        old="if writer[(key, shard.offsets, tuple(shard.local.shape))] != me:",
+        new="if False:",
+        caught_by=CKPT("loads_back_exactly", "must be written once", world_sizes="2"),
+    ),
+    Mutant(
+        "checkpoint_objects_of_rank_zero",
+        "checkpoint",
+        "load returns group rank 0's non-tensor values on every rank: every rank resumes with rank 0's RNG",
+        old='info = meta["ranks"][me if me < len(meta["ranks"]) else 0]',
+        new='info = meta["ranks"][0]',
+        caught_by=CKPT("resumed_training", "RNG after resuming", names=RANK, world_sizes="2"),
+    ),
+    # -- pipeline V schedules ---------------------------------------------------------------------------------
+    Mutant(
+        "pipeline_v_chunks_looped",
+        "pipeline",
+        "split_into_v_chunks gives rank s chunk p + s (interleaving's loop) instead of chunk 2p - 1 - s",
+        old="chunks[2 * num_stages - 1 - stage]]",
+        new="chunks[num_stages + stage]]",
+        caught_by=PIPELINE_V("v_chunks_are", "split_into_v_chunks", names=()),
+    ),
+    Mutant(
+        "pipeline_zbv_warmup_short",
+        "pipeline",
+        "ZB-V warms up with 2(p - r) - 2 forwards of chunk 0 instead of 2(p - r) - 1",
+        old='plan.add("F0 " * (2 * (p - r) - 1))',
+        new='plan.add("F0 " * (2 * (p - r) - 2))',
+        caught_by=PIPELINE_V("zero_bubble_v_runs_torch_order", "zero_bubble_v_schedule", names=()),
+    ),
+    Mutant(
+        "pipeline_zbv_cooldown_ws_chunk0_first",
+        "pipeline",
+        "ZB-V's cool-down runs the Ws left of chunk 0 before those of chunk 1",
+        old='plan.add("W1 " * (plan.runs["B", 1] - plan.runs["W", 1]) + "W0 " * (plan.runs["B", 0] - plan.runs["W", 0]))',  # noqa: E501
+        new='plan.add("W0 " * (plan.runs["B", 0] - plan.runs["W", 0]) + "W1 " * (plan.runs["B", 1] - plan.runs["W", 1]))',  # noqa: E501
+        caught_by=PIPELINE_V("zero_bubble_v_runs_torch_order", "zero_bubble_v_schedule", names=()),
+    ),
+    Mutant(
+        "pipeline_dualpipev_no_overlap",
+        "pipeline",
+        "DualPipeV's steady state runs F1 and B0 one after the other, not as an overlapped F&B pair",
+        old='"F1& B0")',
+        new='"F1 B0")',
+        caught_by=PIPELINE_V("dualpipe_v_runs_torch_order", "dualpipe_v_schedule", names=()),
+    ),
+    Mutant(
+        "pipeline_dualpipev_splits_every_last_backward",
+        "pipeline",
+        "DualPipeV splits chunk 1's last backwards from the first pass of step 6, not from the middle one",
+        old='plan.add("I1" if split else "B1")',
+        new='plan.add("I1")',
+        caught_by=PIPELINE_V("dualpipe_v_runs_torch_order", "dualpipe_v_schedule", names=()),
+    ),
+    Mutant(
+        "pipeline_v_receives_in_own_order",
+        "pipeline",
+        "receives are posted in the receiver's own schedule order: ZB-V's crossing messages are matched wrongly",
+        old="item = step.inbox[peer].pop(0)",
+        new=(
+            "item = step.inbox[peer].pop(step.inbox[peer].index(message) if not any(x[0] == 'header' for x in "
+            "step.inbox[peer][: step.inbox[peer].index(message)]) else 0)"
+        ),
+        caught_by=PIPELINE_V(
+            "trains_like_one_process and zb-v and not checkpoint", ("rank", "crossing", "step"), names=()
+        ),
+    ),
+    Mutant(
+        "pipeline_v_loss_on_last_rank",
+        "pipeline",
+        "in a V the loss (and the targets) are taken on rank p - 1, where the pipeline turns, not on rank 0",
+        old="return self._place(self.num_chunks * self.num_stages - 1)[0] == self.stage",
+        new="return self.stage == self.num_stages - 1",
+        caught_by=PIPELINE_V("trains_like_one_process and dualpipev and not checkpoint", "rank"),
+    ),
+    Mutant(
+        "pipeline_v_whole_backward_keeps_activations",
+        "pipeline",
+        "in a V every B keeps its activations for a W, even DualPipeV's whole Bs that have none",
+        old="saved = step.stash[(i, k)] if split else step.stash.pop((i, k))",
+        new='saved = step.stash[(i, k)] if split or self.placement == "v" else step.stash.pop((i, k))',
+        caught_by=PIPELINE_V("holds_the_formulas and dualpipev", ".peak_activations is"),
+    ),
+    Mutant(
+        "accounting_zbv_bubble_paper_zero",
+        "accounting",
+        "ZB-V's idle taken as (p - 1)(F + B - 2W), zero at F = B = W: the last rank's wait for its input is lost",
+        old="idle = (p - 1) * max(b, 2 * (b - w))",
+        new="idle = (p - 1) * (f + b - 2 * w)",
+        caught_by=PIPELINE_V("accounting and zb-v", "accounting ('zb-v'", names=(), world_sizes="1"),
+    ),
+    Mutant(
+        "accounting_dualpipev_peak_pp",
+        "accounting",
+        "DualPipeV's peak is taken as 2p chunk activations (ZB-V's) instead of the report's PP + 1 = 2p + 1",
+        old="    return 2 * p + 1\n",
+        new="    return 2 * p\n",
+        caught_by=PIPELINE_V("accounting and dualpipev", "accounting ('dualpipev-peak'", names=(), world_sizes="1"),
     ),
 ]
 
