@@ -100,8 +100,12 @@ def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str):
         except C.TornCheckpoint as exc:
             verdict = str(exc) or "TornCheckpoint"
     state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, empty=True, device=ctx.device)
-    C.load_checkpoint(state, root)
-    return crashed, ops, latest, verdict, _locals(state)
+    try:
+        C.load_checkpoint(state, root)
+        loaded = _locals(state)
+    except Exception as exc:  # judged in the parent, after latest and verify
+        loaded = f"{type(exc).__name__}: {exc}"
+    return crashed, ops, latest, verdict, loaded
 
 
 def corrupt_load_rank(ctx, root: str):
@@ -224,6 +228,7 @@ def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(world_size, 
     )
     assert verdict is not None, f"{where}: verify_checkpoint(step 2) did not raise TornCheckpoint"
     for r, out in enumerate(outs):
+        assert not isinstance(out[4], str), f"{where}: rank {r} could not load the latest checkpoint: {out[4]}"
         for key, want in expected_boxes("fsdp", r, world_size, seed=1).items():
             assert_close(out[4][key], want, rtol=0, atol=0, what=f"{where}: rank {r} loading the latest, {key!r}")
 
@@ -387,7 +392,8 @@ def resume_rank(ctx, root: str):
 def test_resumed_training_equals_uninterrupted_training_bit_for_bit(world_size, tmp_path):
     """Interrupted after step k and resumed: parameters, optimizer state, every rank's RNGs, the sampler position
     and the step equal the uninterrupted run's exactly."""
-    for r, (step, straight, resumed) in enumerate(run_ranks(world_size, resume_rank, str(tmp_path))):
+    outs = run_ranks(world_size, resume_rank, str(tmp_path))
+    for r, (step, straight, resumed) in enumerate(outs):  # every rank's pieces first: they explain the rest
         assert step == RESUME_AT, f"rank {r}: restore_training_state returned step {step}, expected {RESUME_AT}"
         for piece in ("torch RNG", "python RNG", "sampler position"):
             same = (
@@ -399,6 +405,7 @@ def test_resumed_training_equals_uninterrupted_training_bit_for_bit(world_size, 
                 f"rank {r}: the {piece} after resuming differs from the uninterrupted run's "
                 "(not saved, or not restored?)"
             )
+    for r, (_, straight, resumed) in enumerate(outs):
         for piece in ("parameters", "optimizer state"):
             for key, want in straight[piece].items():
                 assert_close(
