@@ -2,6 +2,7 @@
 
     python -m scripts.release.cut ../cs336-systems-release       # write and check
     python -m scripts.release.cut OUT --no-check                 # write only
+    python -m scripts.release.cut OUT --parts 1,2,3              # a kit of parts 1-3 only (scripts/grading/subset.py)
 
 The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones,
 listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
@@ -15,11 +16,15 @@ tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``)
    checkout) installs the release with pip;
 3. ``pytest tests/`` there: tests marked ``harness`` pass, and every other test fails cleanly with the
    stubs' ``NotImplementedError`` naming its handout section (scripts/release/check_stubs.py's judge).
+With ``--parts``, only those parts' stubs, tests, handouts, benchmarks and figures ship (other parts' modules
+that they build on ship as given code: scripts/grading/subset.py), and the check adds:
+4. the kit's tests pass on the reference (a copy outside the release, on the test run's path only).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -28,23 +33,25 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from scripts.grading import subset
 from scripts.grading.staff import STAFF_ONLY, STAFF_TESTS, is_staff_only, path_of
-from scripts.release import check_stubs
+from scripts.release import api_reference, check_stubs
 
 REPO = Path(__file__).resolve().parents[2]
 STAFF_SECTION = re.compile(r"<!-- staff -->.*?<!-- /staff -->\n?", re.S)
 
 
-def release_files() -> list[str]:
+def release_files(parts: frozenset[int] | None = None) -> list[str]:
     out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return sorted(f for f in out.splitlines() if f and not is_staff_only(f) and (REPO / f).is_file())
+    return sorted(f for f in out.splitlines() if f and not is_staff_only(f) and (REPO / f).is_file()
+                  and (parts is None or subset.keeps(f, parts)))  # fmt: skip
 
 
-def write_release(out: Path) -> list[str]:
+def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
     if out.exists():
         shutil.rmtree(out)
-    files = release_files()
+    files = release_files(parts)
     for rel in files:
         dest = out / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -54,13 +61,21 @@ def write_release(out: Path) -> list[str]:
     pyproject.write_text(re.sub(r"packages = \[[^\]]*\]", 'packages = ["cs336_systems"]', text))
     readme = out / "README.md"
     if readme.exists():
-        readme.write_text(STAFF_SECTION.sub("", readme.read_text()))
+        text = STAFF_SECTION.sub("", readme.read_text())
+        readme.write_text(text if parts is None else subset.subset_readme(text, parts))
+    if parts is not None:  # other parts' modules: given code where a kept part builds on them (subset.py)
+        stubs = subset.subset_stubs(parts)
+        for module, source in stubs.items():
+            (out / "cs336_systems" / f"{module}.py").write_text(source)
+        (out / api_reference.OUT.relative_to(REPO)).write_text(api_reference.render(stubs))
     return files
 
 
-def staff_text() -> tuple[list[str], list[str]]:
-    """Lines that only staff files contain: the reference's own code and the hidden tests' names."""
-    shared = {ln.strip() for p in (REPO / "cs336_systems").glob("*.py") for ln in p.read_text().splitlines()}
+def staff_text(out: Path | None = None) -> tuple[list[str], list[str]]:
+    """Lines that only staff files contain: the reference's own code (less what the release's own modules ship,
+    given code included) and the hidden tests' names."""
+    stubs = (out or REPO) / "cs336_systems"
+    shared = {ln.strip() for p in stubs.glob("*.py") for ln in p.read_text().splitlines()}
     ref = {ln.strip() for p in (REPO / "reference_solutions").glob("*.py") for ln in p.read_text().splitlines()}
     skip = ("#", '"""', "from ", "import ")
     lines = sorted(ln for ln in ref - shared if len(ln) >= 40 and not ln.startswith(skip))
@@ -70,7 +85,7 @@ def staff_text() -> tuple[list[str], list[str]]:
 
 
 def check_no_staff_text(out: Path) -> list[str]:
-    code_lines, names = staff_text()
+    code_lines, names = staff_text(out)
     problems = [f"{e.path} is staff-only" for e in STAFF_ONLY if (out / e.path).exists()]
     if (out / STAFF_TESTS).exists():
         problems.append(f"{STAFF_TESTS} is staff-only")
@@ -102,14 +117,31 @@ def fresh_env(out: Path, tmp: Path) -> Path:
     return python
 
 
-def run_release_tests(python: Path, out: Path) -> list[str]:
+def run_reference_tests(python: Path, out: Path, tmp: Path, world_sizes: str = "1,2") -> list[str]:
+    """A subset kit's tests pass on the reference: a copy of reference_solutions on the test run's path only."""
+    ref = tmp / "reference"
+    shutil.copytree(REPO / "reference_solutions", ref / "reference_solutions",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ref)}
+    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-x", "-p", "no:cacheprovider", "--impl", "reference",
+           f"--world-sizes={world_sizes}"]  # fmt: skip
+    print("release: the kit's tests against the reference")
+    run = subprocess.run(cmd, cwd=out, capture_output=True, text=True, env=env)
+    return [] if run.returncode == 0 else [f"the kit's tests fail on the reference:\n{run.stdout[-3000:]}"]
+
+
+def run_release_tests(python: Path, out: Path, world_sizes: str = "1,2", harness: bool = True) -> list[str]:
     problems = []
-    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-p", "no:cacheprovider", "-m", "harness", "--world-sizes=1,2"]
+    if not harness:  # --quick: the harness is the same in every kit, and the full release's check runs its tests
+        print("release: the student tests against the stubs, as scripts/release/check_stubs.py judges them")
+        return check_stubs.run(out, "student", extra=["--world-sizes", world_sizes], python=python)
+    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-p", "no:cacheprovider", "-m", "harness",
+           f"--world-sizes={world_sizes}"]  # fmt: skip
     harness = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
     if harness.returncode not in (0, 5):
         problems.append(f"harness tests fail in the release:\n{harness.stdout[-3000:]}")
     print("release: the student tests against the stubs, as scripts/release/check_stubs.py judges them")
-    return problems + check_stubs.run(out, "student", extra=["--world-sizes", "1,2"], python=python)
+    return problems + check_stubs.run(out, "student", extra=["--world-sizes", world_sizes], python=python)
 
 
 def run_release_scripts(python: Path, out: Path) -> list[str]:
@@ -148,19 +180,27 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", type=Path, help="folder to write the release to (replaced if it exists)")
     p.add_argument("--no-check", action="store_true", help="write the release without checking it")
+    p.add_argument("--parts", help="only these parts, e.g. 1,2,3 (see scripts/grading/subset.py)")
+    p.add_argument("--quick", action="store_true", help="CI's subset check: world size 2 only, the scripts' --help "
+                   "left to the full release's check")  # fmt: skip
     args = p.parse_args()
     out = args.out.resolve()
     if REPO in [out, *out.parents]:
         p.error("OUT must be outside this checkout")
-    files = write_release(out)
-    print(f"wrote {len(files)} files to {out}")
+    parts = subset.parse_parts(args.parts)
+    files = write_release(out, parts)
+    print(f"wrote {len(files)} files to {out}" + (f" (parts {args.parts})" if parts else ""))
     if args.no_check:
         return 0
     problems = check_no_staff_text(out)
     with tempfile.TemporaryDirectory(prefix="cs336-release-") as tmp:
         python = fresh_env(out, Path(tmp))
-        problems += run_release_tests(python, out)
-        problems += run_release_scripts(python, out)
+        sizes = "2" if args.quick else "1,2"
+        problems += run_release_tests(python, out, sizes, harness=not args.quick)
+        if parts is not None:
+            problems += run_reference_tests(python, out, Path(tmp), sizes)
+        if not args.quick:
+            problems += run_release_scripts(python, out)
     for problem in problems:
         print("PROBLEM:", problem)
     print("release OK" if not problems else f"{len(problems)} problem(s)")
