@@ -1,4 +1,5 @@
-"""Part 5's figures: GPipe against 1F1B (gpipe_vs_1f1b.png), and every schedule's grid (pipeline_schedules.png).
+"""Part 5's figures: GPipe against 1F1B (gpipe_vs_1f1b.png), every schedule's grid (pipeline_schedules.png),
+the V placement (pipeline_v_placement.png) and the V schedules' grids, ZB-V and DualPipeV (pipeline_v_schedules.png).
 
     python -m scripts.figures.pipeline                                   # both, p = 4, m = 8, into handouts/figures/
     python -m scripts.figures.pipeline --impl student --out /tmp/grids.png   # the grids from your schedules
@@ -111,6 +112,60 @@ def draw_gpipe_vs_1f1b(path: Path) -> Path:
     return save(fig, path)
 
 
+def draw_v_placement(path: Path, p: int = 4) -> Path:
+    """The V: 2p chunks over p ranks, rank r holding chunks r and 2p - 1 - r; activations go down
+    chunk 0, turn inside rank p - 1 and come back up chunk 1 to the loss on rank 0."""
+    fig, ax = plt.subplots(figsize=(7, 0.8 * p + 1.2))
+    for r in range(p):
+        for c, x in ((0, 0), (1, 3)):
+            g = r if c == 0 else 2 * p - 1 - r
+            box(ax, x, p - 1 - r, 2, 0.7, WORK["F"] if c == 0 else WORK["B"], f"chunk {g} (local {c})", fontsize=8)
+        ax.text(-0.2, p - 1 - r + 0.35, f"rank {r}", ha="right", va="center", fontsize=9)
+    for r in range(p - 1):  # down chunk 0, up chunk 1: the ranks beside
+        ax.annotate("", (1, p - 2 - r + 0.7), (1, p - 1 - r), arrowprops={"arrowstyle": "->"})
+        ax.annotate("", (4, p - 1 - r), (4, p - 2 - r + 0.7), arrowprops={"arrowstyle": "->"})
+    ax.annotate("", (3, 0.35), (2, 0.35), arrowprops={"arrowstyle": "->", "color": "red"})
+    ax.text(2.5, -0.25, "the turn: in memory", ha="center", fontsize=8, color="red")
+    ax.text(5.2, p - 1 + 0.35, "loss", va="center", fontsize=9)
+    ax.set_xlim(-1.2, 6)
+    ax.set_ylim(-0.5, p)
+    ax.axis("off")
+    ax.set_title(f"V placement, p = {p}: rank r holds chunks r and 2p - 1 - r", fontsize=9)
+    fig.tight_layout()
+    return save(fig, path)
+
+
+def draw_v_schedules(path: Path, impl: str | None = None, p: int = 4, m: int = 8) -> Path:
+    """ZB-V and DualPipeV grids in the simulator's unit time (F = B = W = 1 per chunk; DualPipeV's
+    F&B pair 2.5 units, a whole B 2); chunk 1 drawn darker, an F&B pair as one half-F half-B box."""
+    P = load_impl(impl or default_impl(), "pipeline")
+    rows = [
+        ("ZB-V", [P.zero_bubble_v_schedule(p, m, r) for r in range(p)], {"F": 1, "B": 1, "W": 1}),
+        ("DualPipeV (F&B = 2.5)", [P.dualpipe_v_schedule(p, 2 * m, r) for r in range(p)],
+         {"F": 1, "B": 1, "W": 1, "F&B": 2.5}),
+    ]  # fmt: skip
+    fig, axes = plt.subplots(len(rows), 1, figsize=(13, 2.2 * len(rows)))
+    for ax, (name, ranks, cost) in zip(axes, rows):
+        grid = timeline(ranks, 2, cost, placement="v")
+        makespan = max(end for row in grid for *_, end in row)
+        for r, row in enumerate(grid):
+            pairs = [(a, st, en) for a, st, en in row]
+            for k, (action, start, end) in enumerate(pairs):
+                kind, mb, chunk = action_key(action)
+                paired = getattr(action, "overlap", False) or (k > 0 and getattr(pairs[k - 1][0], "overlap", False))
+                lo, hi = (r - 0.4, r) if paired and kind == "F" else (r, r + 0.4) if paired else (r - 0.4, r + 0.4)
+                shade = 0.55 if chunk == 1 else 1.0
+                colour = tuple(1 - shade * (1 - c) for c in to_rgb(WORK[kind]))
+                ax.broken_barh([(start, end - start)], (lo, hi - lo), color=colour, edgecolor="white")
+                ax.text((start + end) / 2, (lo + hi) / 2, str(mb), ha="center", va="center", fontsize=5)
+        ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
+        ax.invert_yaxis()
+        ax.set_title(f"{name}, p = {p}: step {makespan:g} units", fontsize=9, loc="left")
+    axes[-1].set_xlabel("time (one chunk's F = 1)   F blue, B orange, W green; darker: chunk 1; half boxes: F&B pair")
+    fig.tight_layout()
+    return save(fig, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", default=None, help="student, reference, or a package name (default: reference)")
@@ -118,8 +173,10 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--out", type=Path, default=None, help="the grids' PNG (default: the handout's)")
     args = parser.parse_args()
-    if args.out is None:  # the handout's two figures
+    if args.out is None:  # the handout's figures
         print(draw_gpipe_vs_1f1b(FIGURE_DIR / "gpipe_vs_1f1b.png"))
+        print(draw_v_placement(FIGURE_DIR / "pipeline_v_placement.png"))
+        print(draw_v_schedules(FIGURE_DIR / "pipeline_v_schedules.png", args.impl))
     out = args.out or FIGURE_DIR / "pipeline_schedules.png"
     print(draw_schedules(out, args.impl, args.stages, args.microbatches))
 

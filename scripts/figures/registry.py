@@ -20,6 +20,8 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "tp_mlp_f_g.png": tensor_parallel.draw_tp,  # 04-tensor-parallel
     "gpipe_vs_1f1b.png": pipeline.draw_gpipe_vs_1f1b,  # 05-pipeline
     "pipeline_schedules.png": pipeline.draw_schedules,
+    "pipeline_v_placement.png": pipeline.draw_v_placement,  # 05-pipeline §5.7
+    "pipeline_v_schedules.png": pipeline.draw_v_schedules,  # 05-pipeline §5.7-5.8
     "mesh_groups.png": mesh.draw_mesh_groups,  # 07-mesh
     "mesh_3d.png": mesh.draw_3d,
     "hsdp_vs_fsdp.png": mesh.draw_hsdp,
