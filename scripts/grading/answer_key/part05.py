@@ -87,9 +87,10 @@ each crossing costs a message's latency plus the Python around it; a stage that 
 waits that long each time, 2m times per step, so the extra idle grows with m while the formula's (p − 1)
 units do not. In the chart: thin gaps before each F or B of a stage that had to wait for a neighbour's message.""",
                 expect=(
-                    "Reference on the 2-core VM (F = B = W = 25 ms): every cell within 2.3 points of "
-                    "`schedule_bubble_fraction`, most within 1, measured above the formula by 0.5-2 points and "
-                    "more for larger m.",
+                    "Reference on the 2-core VM (F = B = W = 25 ms): idle, every cell within 2.3 points of "
+                    "`schedule_bubble_fraction`, most within 1; under load (one run at load 6) within 3.3, "
+                    "interleaved v = 4 furthest (2.7-3.3 points); e.g. p = 4: GPipe m = 8 at 28.1% against 27.3%, "
+                    "1F1B m = 32 at 10.0% against 8.6%.",
                     "Signs of a wrong implementation: a measured bubble far above the formula at m ≥ 8 (> 5 "
                     "points: blocking sends serialising the stages), or below it (a stage skipping work).",
                 ),
@@ -114,8 +115,9 @@ the same m: formula {ZB:.4f} against {ONE_F:.4f} at p = {P}, m = {M} with F = B 
 against 1F1B's 3(p − 1)). Peak activations: ZB-H1 {PEAK_ZB}, 1F1B {PEAK_1F1B}: the same on stage 0 (1F1B's
 peak), more on later stages (a W holds its microbatch's activations until it runs).""",
                 expect=(
-                    "Reference: ZB-H1's measured bubble about a third to a half of 1F1B's at every m ≥ p, within 2 "
-                    "points of the formula.",
+                    "Reference (p = 4, F = B = W): ZB-H1 measured 13.0% against 1F1B's 28.1% at m = 8 and 8.6% "
+                    "against 16.5% at m = 16 (formulas 11.1% and 27.3%, 5.9% and 15.8%), within 3 points of its "
+                    "formula; stage 0 peak activations 4 for both.",
                     "Sign of a wrong implementation: ZB-H1's bubble at or above 1F1B's (W not deferred to fill the "
                     "gaps, or B and W run back to back), or peak activations above p on stage 0.",
                 ),
