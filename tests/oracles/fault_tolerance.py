@@ -230,10 +230,10 @@ def detector_rank(ctx, scenario: str) -> dict:
                 1 / 0  # noqa: B018 - an error that has nothing to do with the peers
         except Exception as exc:  # noqa: BLE001
             out["passed_through"] = type(exc).__name__
-        store.set("dead/1", "-9")
         out["converted"], out["converted_other"] = None, None
         try:
             with det.waiting("the all-reduce of step 4"):
+                store.set("dead/1", "-9")  # the peer dies during the collective, which then fails
                 raise RuntimeError("Connection closed by peer")
         except Exception as exc:  # noqa: BLE001
             if type(exc).__name__ == "PeerFailure":

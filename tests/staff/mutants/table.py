@@ -95,6 +95,9 @@ CP_ACCOUNTING = partial(Check, "tests/test_context_parallel_accounting.py", dead
 FAILURE_ACCOUNTING = partial(Check, "tests/test_checkpoint_accounting.py", deadline=15)
 CKPT = partial(Check, "tests/test_checkpoint.py", deadline=15, world_sizes="1,2")
 CKPT_HIDDEN = partial(Check, "tests/staff/hidden/test_checkpoint_hidden.py", deadline=20, world_sizes="1,2")
+FT = partial(Check, "tests/test_fault_tolerance.py", deadline=60, world_sizes="1,2", names=RANK)  # Tasks 10.5-10.6
+FT_HIDDEN = partial(Check, "tests/staff/hidden/test_fault_tolerance_hidden.py", deadline=60, world_sizes="2",
+                    names=RANK)  # fmt: skip
 
 # Recurring selections.
 SUMS = "::test_every_algorithm_sums_exactly_in_place"
@@ -1708,6 +1711,108 @@ MUTANTS = [
         old="    return 2 * p + 1\n",
         new="    return 2 * p\n",
         caught_by=PIPELINE_V("accounting and dualpipev", "accounting ('dualpipev-peak'", names=(), world_sizes="1"),
+    ),
+    # -- fault tolerance --
+    Mutant(
+        "ft_survivor_waits_forever",
+        "fault_tolerance",
+        "the heartbeat thread notices a hung peer but never ends the survivor's blocked wait (no on_failure)",
+        old="                self.on_failure(PeerFailure(self.rank, found[0], found[1], what, found[2]))",
+        new="                pass  # the main thread will surely get an error from its collective",
+        caught_by=(
+            FT(
+                "::test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure",
+                "never got on_failure",
+            ),
+            FT("::test_a_hung_rank_is_noticed_by_its_missing_heartbeat", "did not report a PeerFailure"),
+        ),
+    ),
+    Mutant(
+        "ft_no_heartbeat_timeout",
+        "fault_tolerance",
+        "only the launcher's death notices count: a hung (stopped) peer is never declared failed",
+        old="            elif now - since > self.timeout:",
+        new="            elif False:",
+        caught_by=FT("::test_detector_fails_a_silent_peer_after_the_timeout_and_a_dead_one_at_once", "never declared"),
+    ),
+    Mutant(
+        "ft_error_not_named",
+        "fault_tolerance",
+        "a collective's error on a peer's death goes through as it is, not as a PeerFailure naming the peer",
+        old="            raise PeerFailure(self.rank, found[0], found[1], what, found[2]) from error",
+        new="            raise",
+        caught_by=(
+            FT("::test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure", "not a PeerFailure"),
+            FT(
+                "::test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commit[w2]",
+                "failed with an error, not a lost rank",
+            ),
+        ),
+    ),
+    Mutant(
+        "ft_restart_from_newest_folder",
+        "fault_tolerance",
+        "the restart resumes from the newest step folder, committed or torn",
+        old="    return RestartPlan(step=checkpoint.latest_checkpoint(directory) or 0, world_size=world)",
+        new="    steps = [int(p.name.split('_')[-1]) for p in Path(directory).glob('step_*')]\n"
+        "    return RestartPlan(step=max(steps, default=0), world_size=world)",
+        caught_by=FT(
+            "::test_restart_plan_takes_the_newest_committed_step_at_the_largest_dividing_world_size",
+            "(committed), 4 (no commit marker)",
+            names=(),
+        ),
+    ),
+    Mutant(
+        "ft_smaller_world_ignores_the_batch",
+        "fault_tolerance",
+        "the restart takes every healthy rank even when the global batch does not divide by their number",
+        old="    world = next(w for w in range(healthy, 0, -1) if global_batch % w == 0)",
+        new="    world = healthy",
+        caught_by=FT(
+            "::test_restart_plan_takes_the_newest_committed_step_at_the_largest_dividing_world_size",
+            "healthy=5, global_batch=12",
+            names=(),
+        ),
+    ),
+    Mutant(
+        "ft_restart_at_the_old_world_size",
+        "fault_tolerance",
+        "with no spare left the job restarts at its old world size, as if the failed rank were still there",
+        old="        healthy = plan.world_size - len(failed) + replaced",
+        new="        healthy = plan.world_size",
+        caught_by=FT("test_without_a_spare_fsdp_restarts_smaller and w2", "(world size, start step) per attempt"),
+    ),
+    Mutant(
+        "ft_spare_not_used",
+        "fault_tolerance",
+        "the spares are never used: every failure shrinks the job",
+        old="        replaced = min(spares, len(failed))",
+        new="        replaced = 0",
+        caught_by=FT("test_survivors_report_a_killed_rank_and_a_spare and w2", "(world size, start step) per attempt"),
+    ),
+    Mutant(
+        "ft_recovery_sends_from_the_replaced_rank",
+        "fault_tolerance",
+        "live recovery sends from the replaced replica to the healthy one instead of the other way round",
+        old="src=healthy, dst=replaced, group=group)",
+        new="src=replaced, dst=healthy, group=group)",
+        caught_by=FT("test_a_replaced_replica_gets", "must only send to rank"),
+    ),
+    Mutant(
+        "ft_recovery_forgets_optimizer_state",
+        "fault_tolerance",
+        "the replica state holds the parameters and the step but not the optimizer's state",
+        old='                state[f"optim/{names[id(p)]}/{key}"] = value',
+        new="                pass",
+        caught_by=FT("test_a_replaced_replica_gets", "the state is 16 tensors"),
+    ),
+    Mutant(
+        "ft_recovered_step_not_advanced",
+        "fault_tolerance",
+        "the replaced replica keeps its own step (0) after recovery instead of the healthy replica's",
+        old="    return load_replica_state(module, optimizer, received) if me == replaced else step",
+        new="    if me == replaced:\n        load_replica_state(module, optimizer, received)\n    return step",
+        caught_by=FT("test_a_replaced_replica_gets", "recover_replica returned step 0"),
     ),
 ]
 
