@@ -18,7 +18,8 @@ tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``)
    stubs' ``NotImplementedError`` naming its handout section (scripts/release/check_stubs.py's judge).
 With ``--parts``, only those parts' stubs, tests, handouts, benchmarks and figures ship (other parts' modules
 that they build on ship as given code: scripts/grading/subset.py), and the check adds:
-4. the kit's tests pass on the reference (a copy outside the release, on the test run's path only).
+4. the kit's tests pass on the kit solved: its given code, and the reference for its own parts (a package
+   outside the release, on the test run's path only).
 """
 
 from __future__ import annotations
@@ -117,17 +118,20 @@ def fresh_env(out: Path, tmp: Path) -> Path:
     return python
 
 
-def run_reference_tests(python: Path, out: Path, tmp: Path, world_sizes: str = "1,2") -> list[str]:
-    """A subset kit's tests pass on the reference: a copy of reference_solutions on the test run's path only."""
-    ref = tmp / "reference"
-    shutil.copytree(REPO / "reference_solutions", ref / "reference_solutions",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ref)}
-    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-x", "-p", "no:cacheprovider", "--impl", "reference",
+def run_reference_tests(python: Path, out: Path, tmp: Path, parts: frozenset[int], world_sizes: str = "1,2"):
+    """A subset kit, solved, passes its tests: the kit's own modules (its given code included) with the kept
+    parts' modules replaced by the reference, as a package outside the kit, on the test run's path only."""
+    solved = tmp / "solved" / "cs336_solved"
+    shutil.copytree(out / "cs336_systems", solved, ignore=shutil.ignore_patterns("__pycache__"))
+    owner = subset.module_parts()
+    for module in [m for m, n in owner.items() if n in parts] + ["accounting"]:
+        shutil.copy2(REPO / "reference_solutions" / f"{module}.py", solved / f"{module}.py")
+    env = {**os.environ, "PYTHONPATH": str(solved.parent)}
+    cmd = [str(python), "-m", "pytest", "tests/", "-q", "-x", "-p", "no:cacheprovider", "--impl", "cs336_solved",
            f"--world-sizes={world_sizes}"]  # fmt: skip
-    print("release: the kit's tests against the reference")
+    print("release: the kit's tests against the kit solved (its given code, the reference for its parts)")
     run = subprocess.run(cmd, cwd=out, capture_output=True, text=True, env=env)
-    return [] if run.returncode == 0 else [f"the kit's tests fail on the reference:\n{run.stdout[-3000:]}"]
+    return [] if run.returncode == 0 else [f"the kit's tests fail on the solved kit:\n{run.stdout[-3000:]}"]
 
 
 def run_release_tests(python: Path, out: Path, world_sizes: str = "1,2", harness: bool = True) -> list[str]:
@@ -198,7 +202,7 @@ def main() -> int:
         sizes = "2" if args.quick else "1,2"
         problems += run_release_tests(python, out, sizes, harness=not args.quick)
         if parts is not None:
-            problems += run_reference_tests(python, out, Path(tmp), sizes)
+            problems += run_reference_tests(python, out, Path(tmp), parts, sizes)
         if not args.quick:
             problems += run_release_scripts(python, out)
     for problem in problems:
