@@ -20,18 +20,17 @@ import signal
 import pytest
 import torch
 
-from tests.harness import assert_close, run_ranks
+from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-from tests.harness.recorder import format_events
 from tests.oracles.fault_tolerance import (
     CONFIG,
     check_final_parameters,
+    check_live_recovery,
     check_survivors_noticed,
     describe,
     detector_rank,
     live_recovery_rank,
     plan_restart_rank,
-    replica_state_bytes,
     supervise_rank,
     uninterrupted,
 )
@@ -166,37 +165,8 @@ def test_a_replaced_replica_gets_the_healthy_replicas_state_over_the_network(wor
     state) after a header; the others keep their state untouched; 2 more steps end as an uninterrupted run."""
     if world_size < 2:
         pytest.skip("live recovery needs a healthy replica: world size 2 or more")
-    replaced, healthy = world_size - 1, 0
-    outs = run_ranks(world_size, live_recovery_rank, replaced, 2, 2, deadline=30)
-    state_bytes, state_tensors = replica_state_bytes()
-    for rank, out in enumerate(outs):
-        events = [e for e in out["events"] if e.op != "wait"]
-        assert out["step"] == 2, f"rank {rank}: recover_replica returned step {out['step']}, expected 2"
-        if rank == healthy:
-            assert all(e.op == "send" and e.peer == replaced for e in events), (
-                f"rank {rank} (healthy) must only send to rank {replaced}:\n{format_events(events)}"
-            )
-            sent = sum(e.nbytes for e in events[2:])
-            assert (len(events[2:]), sent) == (state_tensors, state_bytes), (
-                f"after the header, rank {rank} sent {len(events[2:])} tensors of {sent} bytes; the state is "
-                f"{state_tensors} tensors of {state_bytes} bytes (parameters, exp_avg, exp_avg_sq, step)\n"
-                f"{format_events(events)}"
-            )
-        elif rank == replaced:
-            assert events and all(e.op == "recv" and e.peer == healthy for e in events), (
-                f"rank {rank} (replaced) must only receive from rank {healthy}:\n{format_events(events)}"
-            )
-        else:
-            assert not events, (
-                f"rank {rank} is neither replaced nor the source but communicated:\n{format_events(events)}"
-            )
-        if rank != replaced:
-            for name, before in out["before"].items():
-                assert torch.equal(out["after"][name], before), f"rank {rank} (healthy) had {name} changed by recovery"
-    expected = uninterrupted(steps=4)
-    for rank, out in enumerate(outs):
-        for name, want in expected.items():
-            assert_close(out["params"][name], want, what=f"rank {rank} after recovery and 2 more steps, {name}")
+    outs = run_ranks(world_size, live_recovery_rank, world_size - 1, 2, 2, deadline=30)
+    check_live_recovery(outs, replaced=world_size - 1, healthy=0, steps_before=2, steps_after=2)
 
 
 # -- bad input -----------------------------------------------------------------------------------------

@@ -313,9 +313,55 @@ def live_recovery_rank(ctx, replaced: int, steps_before: int, steps_after: int, 
         step = 0
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}
     with CommRecorder() as rec:
-        step = ft.recover_replica(model, optimizer, step, replaced=replaced, group=group)
+        if replaced in ranks:  # other replica groups have nothing to recover
+            step = ft.recover_replica(model, optimizer, step, replaced=replaced, group=group)
     after = {k: v.detach().clone() for k, v in model.state_dict().items()}
     for s in range(step, step + steps_after):
         train(s)
     return {"events": rec.events, "step": step, "before": before, "after": after,
             "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}  # fmt: skip
+
+
+def check_live_recovery(outs: list, *, replaced: int, healthy: int, steps_before: int, steps_after: int) -> None:
+    """Judge ``live_recovery_rank``'s results: ``healthy`` only sends to ``replaced`` (an int64 length, a uint8
+    header, then exactly the state's tensors), ``replaced`` only receives from it, nobody else communicates or
+    changes, every rank is at ``steps_before`` after recovery and ends as an uninterrupted run."""
+    from tests.harness import assert_close
+    from tests.harness.recorder import format_events
+
+    state_bytes, state_tensors = replica_state_bytes()
+    for rank, out in enumerate(outs):
+        events = [e for e in out["events"] if e.op != "wait"]
+        assert out["step"] == steps_before, (
+            f"rank {rank}: recover_replica returned step {out['step']}, expected {steps_before}"
+        )
+        if rank == healthy:
+            assert events and all(e.op == "send" and e.peer == replaced for e in events), (
+                f"rank {rank} (healthy) must only send to rank {replaced}:\n{format_events(events)}"
+            )
+            header = [(e.dtype, e.numel) for e in events[:2]]
+            assert len(events) > 2 and header[0] == ("int64", 1) and header[1][0] == "uint8", (
+                f"rank {rank} should send the header's length (one int64), the header (uint8), then the tensors; "
+                f"sent {header}\n{format_events(events)}"
+            )
+            sent = sum(e.nbytes for e in events[2:])
+            assert (len(events[2:]), sent) == (state_tensors, state_bytes), (
+                f"after the header, rank {rank} sent {len(events[2:])} tensors of {sent} bytes; the state is "
+                f"{state_tensors} tensors of {state_bytes} bytes (parameters, exp_avg, exp_avg_sq, step)\n"
+                f"{format_events(events)}"
+            )
+        elif rank == replaced:
+            assert events and all(e.op == "recv" and e.peer == healthy for e in events), (
+                f"rank {rank} (replaced) must only receive from rank {healthy}:\n{format_events(events)}"
+            )
+        else:
+            assert not events, f"rank {rank}, neither replaced nor the source, communicated:\n{format_events(events)}"
+        if rank != replaced:
+            for name, before in out["before"].items():
+                assert torch.equal(out["after"][name], before), f"rank {rank} (healthy) had {name} changed by recovery"
+    expected = uninterrupted(steps=steps_before + steps_after)
+    for rank, out in enumerate(outs):
+        for name, want in expected.items():
+            assert_close(
+                out["params"][name], want, what=f"rank {rank} after recovery and {steps_after} more steps, {name}"
+            )

@@ -1796,7 +1796,10 @@ MUTANTS = [
         "live recovery sends from the replaced replica to the healthy one instead of the other way round",
         old="src=healthy, dst=replaced, group=group)",
         new="src=replaced, dst=healthy, group=group)",
-        caught_by=FT("test_a_replaced_replica_gets", "must only send to rank"),
+        caught_by=(
+            FT("test_a_replaced_replica_gets", "must only send to rank"),
+            FT_HIDDEN("::test_live_recovery_within_a_replica_sub_group", "must only send to rank", world_sizes="4"),
+        ),
     ),
     Mutant(
         "ft_recovery_forgets_optimizer_state",

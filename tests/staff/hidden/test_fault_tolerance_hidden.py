@@ -1,0 +1,81 @@
+"""Hidden tests for Part 10, Tasks 10.5-10.6 (never shipped to students): other ranks, other points, sub-groups.
+
+    pytest tests/staff/hidden/test_fault_tolerance_hidden.py --impl reference
+
+The public checks in other situations: rank 0 (the rank that commits checkpoints) killed at an odd world
+size; a rank killed just before a save, so the survivors are waiting in the checkpoint when they notice
+and the restart goes back one commit; FSDP frozen with SIGSTOP at world 3, restarting at 2; live recovery
+of rank 0 (its source is rank 1) at world 3, and on two replica sub-groups of a world of 4 ({0, 2} and
+{1, 3}: rank 2 recovers from rank 0, and group {1, 3} does not communicate).
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.harness import run_ranks
+from tests.oracles.fault_tolerance import (
+    check_final_parameters,
+    check_live_recovery,
+    check_survivors_noticed,
+    describe,
+    live_recovery_rank,
+    supervise_rank,
+    uninterrupted,
+)
+
+DEADLINE_S = 60
+
+
+@pytest.mark.task10_5
+def test_rank_zero_killed_at_world_three_is_replaced_by_a_spare():
+    """DDP at world 3, rank 0 (the committer) SIGKILLed at step 5: a spare restarts at world 3 from step 4."""
+    fault = {"rank": 0, "step": 5, "point": "sync", "signal": signal.SIGKILL}
+    (summary,) = run_ranks(1, supervise_rank, 3, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
+    check_survivors_noticed(summary, fault, expect_step=5, expect_waiting="the gradient all-reduce of step 5",
+                            expect_how="exited")  # fmt: skip
+    attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
+    assert attempts == [(3, 0), (3, 4)], f"attempts {attempts}\n{describe(summary)}"
+    check_final_parameters(summary, uninterrupted())
+
+
+@pytest.mark.task10_5
+def test_a_rank_killed_before_a_save_sends_the_restart_back_one_commit():
+    """FSDP at world 4, rank 2 SIGKILLed just before the checkpoint of step 4: the survivors report they waited
+    for that checkpoint, and the job restarts at world 3 from step 2 (4 never committed)."""
+    fault = {"rank": 2, "step": 4, "point": "save", "signal": signal.SIGKILL}
+    (summary,) = run_ranks(1, supervise_rank, 4, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
+    check_survivors_noticed(summary, fault, expect_step=3, expect_waiting="the checkpoint of step 4",
+                            expect_how="exited")  # fmt: skip
+    attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
+    assert attempts == [(4, 0), (3, 2)], f"attempts {attempts}\n{describe(summary)}"
+    check_final_parameters(summary, uninterrupted())
+
+
+@pytest.mark.task10_5
+def test_a_hung_fsdp_rank_at_world_three_restarts_the_job_at_two():
+    """FSDP at world 3, rank 2 frozen (SIGSTOP) at step 1: survivors notice the silence, the job restarts at
+    world 2 (no spare; 2 divides the batch of 12) from scratch and ends as an uninterrupted run."""
+    fault = {"rank": 2, "step": 1, "point": "sync", "signal": signal.SIGSTOP}
+    (summary,) = run_ranks(1, supervise_rank, 3, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
+    check_survivors_noticed(summary, fault, expect_step=1, expect_waiting="step 1 (FSDP)", expect_how="heartbeat")
+    attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
+    assert attempts == [(3, 0), (2, 0)], f"attempts {attempts}\n{describe(summary)}"
+    check_final_parameters(summary, uninterrupted())
+
+
+@pytest.mark.task10_6
+def test_rank_zero_recovers_from_rank_one_at_world_three():
+    """Live recovery of rank 0 at world 3: its source is rank 1; rank 2 does not communicate."""
+    outs = run_ranks(3, live_recovery_rank, 0, 3, 1, deadline=30)
+    check_live_recovery(outs, replaced=0, healthy=1, steps_before=3, steps_after=1)
+
+
+@pytest.mark.task10_6
+def test_live_recovery_within_a_replica_sub_group():
+    """Replica groups {0, 2} and {1, 3} at world 4: rank 2 recovers from rank 0 (global ranks), group {1, 3}
+    carries on without a message."""
+    outs = run_ranks(4, live_recovery_rank, 2, 2, 2, [[0, 2], [1, 3]], deadline=30)
+    check_live_recovery(outs, replaced=2, healthy=0, steps_before=2, steps_after=2)
