@@ -23,6 +23,7 @@ pytestmark = pytest.mark.staff
 
 # script -> arguments that keep it to a few seconds; the defaults are for measuring.
 SMALLEST = {
+    "checkpoint": "--world-sizes 1,2 --sizes-mb 1 --rounds 1",
     "collectives": "--world-sizes 1,2,3 --samples 2 --max-size 16384",  # 1: a one-GPU node
     "context_parallel": "--world-sizes 1,2 --seqs 64 --heads 2 --head-dim 8 --iters 1 --warmup 0",
     "ddp": "--layers 1 --d-model 32 --d-ff 64 --batch 4 --caps 0.01,1 --steps 1 --rounds 1 --warmup 1",
@@ -30,8 +31,8 @@ SMALLEST = {
     "fsdp": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
     "sharded_optimizer": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
     "mesh": "--layers 4 --d-model 32 --batch 16 --microbatches 2 --steps 1",
-    "pipeline": "--stages 2 --microbatches 1,2 --forward-ms 1 --backward-ms 1 --weight-ms 1 --steps 2 "
-    "--gantt 2,2 --d-model 32 --layers 4 --batch 8 --step-microbatches 2 --step-repeats 1",
+    "pipeline": "--stages 2 --microbatches 1,2,4 --forward-ms 1 --backward-ms 1 --weight-ms 1 --steps 2 "
+    "--gantt 2,2 --d-model 32 --layers 4 --batch 8 --step-microbatches 4 --step-repeats 1",  # m = 4: DualPipeV's 2p
     "tensor_parallel": "--tp-sizes 1,2 --seq 8 --batch 2 --d-model 32 --d-ff 64 --iters 3",
 }
 

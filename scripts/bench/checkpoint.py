@@ -1,0 +1,170 @@
+"""Checkpoint throughput: the implementation's sharded save/load and async save next to torch.distributed.checkpoint.
+
+    python -m scripts.bench.checkpoint                                     # gloo on CPU, N = 1, 2, 4 (~1 min)
+    python -m scripts.bench.checkpoint --impl student --world-sizes 2      # your implementation
+    python -m scripts.bench.checkpoint --sizes-mb 64,256 --rounds 5        # bigger states
+    torchrun --standalone --nproc_per_node=8 -m scripts.bench.checkpoint --backend nccl --world-sizes 8
+
+For every world size N and global state size S, each rank holds FSDP-style flat shards (1/N of each of
+eight float32 tensors) on its device. Every round, in this order (the same spell of the machine for
+all): the implementation's ``save_checkpoint`` and ``load_checkpoint``, DCP's ``save`` and ``load`` of
+the same shards as DTensors, the implementation's ``AsyncCheckpointer.save`` (the time until it
+returns: staging; and until ``wait()``: the whole save) and DCP's ``async_save`` (until its future is
+returned, and until it is done). Times are the slowest rank's (scripts/bench/common.timed); the table
+shows medians over rounds as GB/s of the global state, and DCP's time over yours with a 90% bootstrap
+interval over rounds (> 1: yours is faster). The async lines are the blocking time over a
+synchronous save: the share of a save the training step still waits for. Files go to a temporary
+folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
+Writes out/bench_checkpoint.{csv,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from scripts.bench.common import (
+    OUT_DIR,
+    add_common_args,
+    format_table,
+    launch,
+    load_impl,
+    main_rank,
+    ratio_interval,
+    save_plot,
+    timed,
+    under_torchrun,
+    write_csv,
+)
+
+TENSORS = 8
+METHODS = ["save", "dcp save", "load", "dcp load", "async block", "async total", "dcp async block", "dcp async total"]
+
+
+def _shards(C, rank: int, world: int, size_bytes: int, device, fill: float | None):
+    """(our state, DCP's state): TENSORS flat float32 tensors of size_bytes / TENSORS, this rank's chunk."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    mesh = DeviceMesh.from_group(dist.group.WORLD, device.type)
+    numel = max(size_bytes // (4 * TENSORS), 1)
+    chunk = -(-numel // world)
+    start, stop = min(rank * chunk, numel), min((rank + 1) * chunk, numel)
+    ours, theirs = {}, {}
+    for i in range(TENSORS):
+        gen = torch.Generator().manual_seed(i)
+        local = (torch.randn(stop - start, generator=gen) if fill is None else torch.full((stop - start,), fill)).to(
+            device
+        )
+        ours[f"w{i}"] = C.Shard(local, (numel,), (start,))
+        theirs[f"w{i}"] = DTensor.from_local(local.clone(), mesh, [Shard(0)], run_check=False,
+                                             shape=torch.Size((numel,)), stride=(1,))  # fmt: skip
+    return ours, theirs
+
+
+def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: int, device, dcp_group) -> dict:
+    """One round: every method once, on the same state, in the same order."""
+    got = {
+        "save": timed(lambda: C.save_checkpoint(ours, folder / "ours", step), device),
+        "load": timed(lambda: C.load_checkpoint(into, folder / "ours", step), device),
+        "dcp save": timed(lambda: dcp.save(theirs, checkpoint_id=folder / f"dcp{step}"), device),
+        "dcp load": timed(lambda: dcp.load(into_theirs, checkpoint_id=folder / f"dcp{step}"), device),
+        "async block": timed(lambda: ckpt.save(ours, step), device),
+    }
+    got["async total"] = got["async block"] + timed(ckpt.wait, device)
+    future = []  # DCP's background write gets a group of its own, as ours does: never the timer's
+
+    def start():
+        future.append(dcp.async_save(theirs, checkpoint_id=folder / f"dcpa{step}", process_group=dcp_group))
+
+    got["dcp async block"] = timed(start, device)
+    got["dcp async total"] = got["dcp async block"] + timed(lambda: future[0].result(), device)
+    return got
+
+
+def bench_rank(rank, world_size, device, *, impl, sizes, rounds, root):
+    import torch.distributed.checkpoint as dcp
+
+    C = load_impl(impl, "checkpoint")
+    dcp_group = dist.new_group(backend="gloo")
+    rows = []
+    for size in sizes:
+        folder = Path(root) / f"n{world_size}_s{size}"
+        ours, theirs = _shards(C, rank, world_size, size, device, None)
+        into, into_theirs = _shards(C, rank, world_size, size, device, 0.0)
+        ckpt = C.AsyncCheckpointer(folder / "async")
+        times = {m: [] for m in METHODS}
+        for r in range(rounds + 1):  # round 0 warms up (page cache, thread pools, DCP's planner)
+            got = _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder, r + 1, device, dcp_group)
+            for m, t in got.items():
+                times[m] += [t] if r else []
+        ckpt.close()
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+        rows.append((size, times))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    parser.add_argument("--world-sizes", default="1,2,4")
+    parser.add_argument("--sizes-mb", default="16,64", help="global state sizes in MiB")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary folder)")
+    args = parser.parse_args()
+    sizes = [int(float(s) * (1 << 20)) for s in args.sizes_mb.split(",")]
+    worlds = [int(w) for w in args.world_sizes.split(",")]
+    if under_torchrun():
+        worlds = [dist.get_world_size()] if dist.is_initialized() else worlds[:1]
+    root = Path(args.dir or tempfile.mkdtemp(prefix="bench_ckpt_"))
+    rows, plot = [], {}
+    for world in worlds:
+        results = launch(world, bench_rank, backend=args.backend, impl=args.impl, sizes=sizes,
+                         rounds=args.rounds, root=str(root))  # fmt: skip
+        if not main_rank():
+            continue
+        for size, times in results[0]:
+            med = {m: statistics.median(t) for m, t in times.items()}
+            gbs = {m: size / med[m] / 1e9 for m in METHODS}
+            save_lo, save_hi = ratio_interval(times["dcp save"], times["save"])
+            load_lo, load_hi = ratio_interval(times["dcp load"], times["load"])
+            block_lo, block_hi = ratio_interval(times["async block"], times["save"])
+            dcp_block = med["dcp async block"] / med["dcp save"]
+            rows.append([world, size / (1 << 20), gbs["save"], gbs["dcp save"], f"{save_lo:.2f}-{save_hi:.2f}",
+                         gbs["load"], gbs["dcp load"], f"{load_lo:.2f}-{load_hi:.2f}", med["async block"] * 1e3,
+                         f"{block_lo:.2f}-{block_hi:.2f}", med["dcp async block"] * 1e3, dcp_block])  # fmt: skip
+            plot[(world, size)] = gbs
+    if not main_rank():
+        return
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    headers = ["N", "MiB", "save GB/s", "dcp save GB/s", "dcp/yours save", "load GB/s", "dcp load GB/s",
+               "dcp/yours load", "async block ms", "block/sync save", "dcp async block ms",
+               "dcp block/save"]  # fmt: skip
+    print(format_table(headers, rows))
+    out = Path(args.out) if getattr(args, "out", None) else OUT_DIR
+    write_csv(out / "bench_checkpoint.csv", headers, rows)
+
+    def draw(ax):
+        labels = [f"N={w}\n{s / (1 << 20):.0f} MiB" for w, s in plot]
+        width = 0.8 / 4
+        for i, m in enumerate(["save", "dcp save", "load", "dcp load"]):
+            ax.bar([x + i * width for x in range(len(plot))], [g[m] for g in plot.values()], width, label=m)
+        ax.set_xticks([x + 1.5 * width for x in range(len(plot))], labels)
+        ax.set_ylabel("GB/s of the global state (median)")
+        ax.set_title("Sharded checkpoint save/load: yours vs torch.distributed.checkpoint")
+        ax.legend()
+
+    print(f"wrote {out / 'bench_checkpoint.csv'} and {save_plot(out / 'bench_checkpoint.png', draw)}")
+
+
+if __name__ == "__main__":
+    main()
