@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from scripts.figures import collectives, context_parallel, expert_parallel, mesh, pipeline, tensor_parallel, zero
+from scripts.figures import (
+    checkpoint,
+    collectives,
+    context_parallel,
+    expert_parallel,
+    mesh,
+    pipeline,
+    tensor_parallel,
+    zero,
+)
 
 FIGURES: dict[str, Callable[[Path], Path]] = {
     "ring_reduce_scatter_all_gather.png": collectives.draw_ring,  # 01-collectives
@@ -28,4 +37,6 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "placement_bandwidth.png": mesh.draw_placement,
     "expert_parallel_dispatch.png": expert_parallel.draw_dispatch,  # 08-expert-parallel
     "ring_attention.png": context_parallel.draw_ring_attention,  # 09-context-parallel
+    "checkpoint_protocol.png": checkpoint.draw_protocol,  # 10-failures
+    "checkpoint_resharding.png": checkpoint.draw_resharding,
 }
