@@ -12,14 +12,19 @@ so timings are stable even on 2 shared cores; with v chunks per rank each chunk 
 (``--chunk-time split``: 1/v of that, where message latency shows).
 From each stage's ``.timeline`` the bubble is 1 - (time spent in actions) / (p x step time), next to
 accounting's ``schedule_bubble_fraction`` for GPipe, 1F1B, interleaved 1F1B (v = 2, 4; m a multiple of
-p) and ZB-H1 (m >= p), with each schedule's peak activations. A Gantt chart per schedule shows one row
+p), ZB-H1 (m >= p), and, two chunks per rank in a V, ZB-V (``zbv_bubble_fraction``, m >= 2p - 1) and
+DualPipeV (``dualpipev_bubble_fraction`` of its most idle rank, m >= 2p; a sleeping F&B pair cannot
+overlap, so F&B = F + B; the formula times a pair as one unit that waits for both inputs, while
+``PipelineStage`` starts the pair's F on its own input, so DualPipeV measures at or a little below it),
+with each schedule's peak activations. A Gantt chart per schedule shows one row
 per stage (F blue, B orange, W green; a lighter shade per chunk). Part 2, memory: a real ``DeepMLP``
 stage's activation bytes saved for backward at their peak (autograd's saved tensors, distinct
 storages) with and without ``checkpoint=True`` (``pipeline_activation_bytes`` models it). Part 3, a real
 step: ``DeepMLP`` cut into p stages (2p chunks), one train step with our GPipe / 1F1B / interleaved
 against ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` /
 ``ScheduleInterleaved1F1B`` (v = 2), and our ZB-H1 against ``ScheduleInterleavedZeroBubble`` (one stage
-per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V) on the same model, each ratio ours / torch
+per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V), and our ZB-V and DualPipeV against
+``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` (m >= 2p) on the same V, each ratio ours / torch
 with the 90% bootstrap interval of its paired steps (``--step-repeats``; the ratio swings between runs on
 a shared machine: trust the interval, not the digits). Under torchrun, p is the world size.
 Time with the defaults: about 7 min on the 2-core course VM (one measured run); the synthetic stages
@@ -57,7 +62,9 @@ from scripts.bench.common import (
 
 # (label, schedule, chunks per rank): every schedule of Part 5, as the tables and charts name them.
 RUNS = [("gpipe", "gpipe", 1), ("1f1b", "1f1b", 1), ("interleaved-v2", "interleaved", 2),
-        ("interleaved-v4", "interleaved", 4), ("zb-h1", "zb-h1", 1)]  # fmt: skip
+        ("interleaved-v4", "interleaved", 4), ("zb-h1", "zb-h1", 1), ("zb-v", "zb-v", 2),
+        ("dualpipev", "dualpipev", 2)]  # fmt: skip
+V_SCHEDULES = ("zb-v", "dualpipev")  # two chunks per rank in a V (placement="v"), loss on rank 0
 COLOURS = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green"}
 
 
@@ -108,7 +115,8 @@ def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps, split_chu
         schedule, v = by_label[label]
         scale = v if split_chunks else 1  # --chunk-time split: a chunk costs 1/v of a stage
         chunks = [SyntheticStage(*(t / 1000 / scale for t in times_ms)).to(device) for _ in range(v)]
-        stage = P.PipelineStage(chunks if v > 1 else chunks[0], rank, world_size, nn.MSELoss())
+        placement = "v" if schedule in V_SCHEDULES else "loop"
+        stage = P.PipelineStage(chunks if v > 1 else chunks[0], rank, world_size, nn.MSELoss(), placement=placement)
         # Microbatches of one example (the work is the sleep). B computes the input's gradient whenever
         # the stage's input requires grad (handout 5.6), so this batch gives stage 0's B work too.
         x = torch.randn(m, 4, device=device, requires_grad=True)
@@ -122,11 +130,12 @@ def bubble_rank(rank, world_size, device, impl, todo, times_ms, steps, split_chu
     return _gathered(results)
 
 
-def measured_bubble(timelines: list[list[tuple]]) -> float:
-    """1 - busy / (p x makespan) for one step, from every stage's timeline."""
+def measured_bubble(timelines: list[list[tuple]], most_idle: bool = False) -> float:
+    """1 - busy / (p x makespan) for one step, from every stage's timeline (``most_idle``: 1 - busy /
+    makespan of the stage that idles most, which DualPipeV's formula describes)."""
     makespan = max(t1 for tl in timelines for *_, t1 in tl)
-    busy = sum(t1 - t0 for tl in timelines for *_, t0, t1 in tl)
-    return 1 - busy / (len(timelines) * makespan)
+    busy = [sum(t1 - t0 for *_, t0, t1 in tl) for tl in timelines]
+    return 1 - (min(busy) / makespan if most_idle else sum(busy) / (len(timelines) * makespan))
 
 
 class SavedBytes:
@@ -180,6 +189,7 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
     from torch.distributed.pipelining import PipelineStage as TorchStage
     from torch.distributed.pipelining import (
         Schedule1F1B,
+        ScheduleDualPipeV,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
@@ -207,21 +217,29 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
         setups.append(("interleaved-v2", "interleaved", 2, ScheduleInterleaved1F1B, [rank, rank + p]))
         setups.append(("zb-h1 vs InterleavedZeroBubble", "zb-h1", 1, ScheduleInterleavedZeroBubble, [rank]))
         setups.append(("zb-h1 vs ZBVZeroBubble", "zb-h1", 1, ScheduleZBVZeroBubble, [rank, 2 * p - 1 - rank]))
+    v_shape = [rank, 2 * p - 1 - rank]  # the same placement on both sides: ours in a V against torch's
+    setups.append(("zb-v vs ZBVZeroBubble", "zb-v", 2, ScheduleZBVZeroBubble, v_shape))
+    if m >= 2 * p:
+        setups.append(("dualpipev vs DualPipeV", "dualpipev", 2, ScheduleDualPipeV, v_shape))
     rows = []
     for name, schedule, v, theirs, placement in setups:
         torch.manual_seed(0)
         model = DeepMLP(layers, d_model, 4 * d_model)
-        chunks = [c.to(device) for c in P.split_into_stages(model, p * v)[rank::p]]
-        ours = P.PipelineStage(chunks if v > 1 else chunks[0], rank, p, nn.MSELoss())
+        if schedule in V_SCHEDULES:
+            chunks = [c.to(device) for c in P.split_into_v_chunks(model, p, rank)]
+            ours = P.PipelineStage(chunks, rank, p, nn.MSELoss(), placement="v")
+        else:
+            chunks = [c.to(device) for c in P.split_into_stages(model, p * v)[rank::p]]
+            ours = P.PipelineStage(chunks if v > 1 else chunks[0], rank, p, nn.MSELoss())
         torch_chunks = chunks
-        if len(placement) != v:  # torch cuts the same model into as many chunks as its placement needs
+        if len(placement) != v and schedule not in V_SCHEDULES:  # torch cuts the model into as many chunks as it places
             every = P.split_into_stages(model, p * len(placement))
             torch_chunks = [every[i].to(device) for i in placement]
         total = p * len(placement)
         torch_stages = [TorchStage(c, i, total, device) for c, i in zip(torch_chunks, placement)]
         multi = len(placement) > 1 or theirs is ScheduleInterleavedZeroBubble  # a "Multi" schedule takes a list
         torch_schedule = theirs(torch_stages if multi else torch_stages[0], m, loss_fn=nn.MSELoss())
-        v_shape = theirs is ScheduleZBVZeroBubble
+        v_shape = theirs in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
         candidates = {
             "ours": lambda stage=ours, schedule=schedule: stage.train_step(x, y, m, schedule=schedule),
             "torch": lambda sched=torch_schedule, vs=v_shape: torch_step(sched, vs),
@@ -265,7 +283,9 @@ def accounting(impl: str):
 
 
 def fits(schedule: str, p: int, m: int) -> bool:
-    """Whether (p, m) suits the schedule: interleaving needs m a multiple of p (and p >= 2)."""
+    """Whether (p, m) suits the schedule: interleaving needs m a multiple of p (and p >= 2), DualPipeV m >= 2p."""
+    if schedule == "dualpipev":
+        return m >= 2 * p
     return schedule != "interleaved" or (p >= 2 and m % p == 0)
 
 
@@ -276,6 +296,7 @@ def preflight(impl: str) -> None:
         P.split_into_stages(nn.Sequential(nn.Identity(), nn.Identity()), 2)
         P.gpipe_schedule(2, 2, 0), P.one_f_one_b_schedule(2, 2, 0)
         P.interleaved_1f1b_schedule(2, 2, 0, 2), P.zero_bubble_h1_schedule(2, 2, 0)
+        P.zero_bubble_v_schedule(2, 4, 0), P.dualpipe_v_schedule(2, 4, 0)
     except NotImplementedError as exc:
         raise SystemExit(f"--impl {impl}: pipeline is not implemented yet: {exc}") from None
 
@@ -316,6 +337,14 @@ def main() -> None:
     A = accounting(args.impl)
 
     def formula(schedule, p, m, v):
+        f, b, w = (t / (v if args.chunk_time == "split" else 1) for t in times_ms)  # one chunk's times
+        try:
+            if schedule == "zb-v":  # its formula needs m >= 2p - 1, F <= B, W <= B
+                return 100 * A.zbv_bubble_fraction(p, m, f, b, w)
+            if schedule == "dualpipev":  # a sleeping F&B pair cannot overlap: F&B = F + B; needs F = B (input half)
+                return 100 * A.dualpipev_bubble_fraction(p, m, f, b + w, w)
+        except (ValueError, NotImplementedError):
+            return None
         if schedule == "zb-h1" and (m < p or args.weight_ms > args.forward_ms):
             return None  # outside ZB-H1's formula (m >= p, W <= F)
         return 100 * A.schedule_bubble_fraction(schedule, p, m, v, *times_ms)
@@ -333,7 +362,8 @@ def main() -> None:
                     continue
                 steps = len(per_rank[0][(label, m)][0])
                 timelines = [[per_rank[s][(label, m)][0][k] for s in range(p)] for k in range(steps)]
-                measured = 100 * statistics.median(measured_bubble(tl) for tl in timelines)
+                most_idle = schedule == "dualpipev"  # its ranks differ: the formula is the most idle one's
+                measured = 100 * statistics.median(measured_bubble(tl, most_idle) for tl in timelines)
                 peak = max(per_rank[s][(label, m)][1] for s in range(p))
                 expected = formula(schedule, p, m, v)
                 diff = None if expected is None else abs(measured - expected)
