@@ -22,10 +22,16 @@ from torch import nn
 from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, format_events
-from tests.oracles.pipeline import assert_matches_oracle, build_model, make_batches, oracle_steps, stage_bounds
+from tests.oracles.pipeline import (
+    ActivationProbe,
+    assert_matches_oracle,
+    build_model,
+    make_batches,
+    oracle_steps,
+    stage_bounds,
+)
 from tests.oracles.pipeline_sim import run, simulate
 from tests.oracles.pipeline_v import torch_v_schedule, v_pipeline_stage, v_train_rank
-from tests.test_pipeline_schedules import ActivationProbe
 
 ZBV_GRID = [(p, m) for p in range(1, 7) for m in range(1, 3 * p + 2)]
 DUALPIPEV_GRID = [(p, m) for p in range(1, 7) for m in range(2 * p, 4 * p + 1)]

@@ -1,5 +1,5 @@
 """The Part 5 training oracle: the test models, their batches, one process's steps, and the chunked
-pipeline's rank function.
+pipeline's rank function, and ``ActivationProbe``, which counts the activations a rank holds.
 
     from tests.oracles.pipeline import assert_matches_oracle, chunked_train_rank, make_batches, oracle_steps
     batches = make_batches("deep", 2 * m, steps=3, seed=0)
@@ -21,6 +21,7 @@ tests/staff/hidden/test_pipeline_hidden.py.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -28,6 +29,7 @@ from torch import nn
 
 from cs336_systems.models import DeepMLP
 from tests.harness import assert_close
+from tests.harness.memory import storage_bytes
 
 
 def stage_bounds(num_layers: int, p: int) -> list[tuple[int, int]]:
@@ -148,3 +150,21 @@ def chunked_train_rank(ctx, run, m, batches, model_kind="deep"):
         steps.append((loss, {n: q.grad for c in chunks for n, q in c.named_parameters()}))
         opt.step()
     return steps
+
+
+class ActivationProbe(nn.Module):
+    """Identity layer whose output is a fresh tensor, saved by the next layer for its backward. It
+    keeps weak references to its outputs and records the most bytes of them alive at once (the
+    distinct storages, tests/harness/memory.py): the activations this rank's autograd graphs hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs, self.peak_count, self.peak_bytes = [], 0, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        self.refs = [r for r in self.refs if r() is not None] + [weakref.ref(y)]
+        alive = [r().detach() for r in self.refs]  # detached: the same storages, no .grad to look at
+        self.peak_count = max(self.peak_count, len(alive))
+        self.peak_bytes = max(self.peak_bytes, storage_bytes(alive, skip=set()))
+        return y
