@@ -27,13 +27,15 @@ from tests.oracles.checkpoint import (
     CrashInjector,
     SimulatedCrash,
     WriteGate,
-    check_reads,
+    check_load,
     expected_boxes,
     find_pattern,
     global_tensors,
     layout,
+    load_rank,
+    local_tensors,
     rank_state,
-    read_budget,
+    save_rank,
     split_dim,
     unique_bytes,
 )
@@ -44,37 +46,7 @@ def _other_world_sizes(config, world_size: int) -> list[int]:
     return [w for w in sizes if w != world_size] or [world_size]
 
 
-def _locals(state: dict) -> dict:
-    return {k: (v.local if hasattr(v, "local") else v) for k, v in state.items() if isinstance(v, torch.Tensor)
-            or hasattr(v, "local")}  # fmt: skip
-
-
 # -- rank functions ---------------------------------------------------------------------------------
-
-
-def save_rank(ctx, root: str, scheme: str, step: int, seed: int = 0):
-    """Save this rank's boxes of ``scheme``; rank 0 then reports latest_checkpoint and verify_checkpoint."""
-    C = ctx.load("checkpoint")
-    folder = C.save_checkpoint(
-        rank_state(C, scheme, ctx.rank, ctx.world_size, seed=seed, device=ctx.device), root, step
-    )
-    if ctx.rank != 0:
-        return str(folder), None, None
-    try:
-        C.verify_checkpoint(root, step)
-        verified = None
-    except C.TornCheckpoint as exc:
-        verified = str(exc)
-    return str(folder), C.latest_checkpoint(root), verified
-
-
-def load_rank(ctx, root: str, scheme: str, step: int | None = None):
-    """Load this rank's boxes of ``scheme`` (zeros to start with); the boxes, the values, the reads."""
-    C = ctx.load("checkpoint")
-    state = rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device)
-    reads: list = []
-    values = C.load_checkpoint(state, root, step, reads=reads)
-    return _locals(state), values, reads
 
 
 def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str):
@@ -102,7 +74,7 @@ def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str):
     state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, empty=True, device=ctx.device)
     try:
         C.load_checkpoint(state, root)
-        loaded = _locals(state)
+        loaded = local_tensors(state)
     except Exception as exc:  # judged in the parent, after latest and verify
         loaded = f"{type(exc).__name__}: {exc}"
     return crashed, ops, latest, verdict, loaded
@@ -153,7 +125,7 @@ def dcp_load_rank(ctx, ours: str, theirs: str, schemes: tuple):
         dstate |= _dtensors(ctx, scheme, rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device))
     C.load_checkpoint(state, ours, 1)
     dcp.load(dstate, checkpoint_id=theirs)
-    return _locals(state), {k: v.to_local() for k, v in dstate.items()}
+    return local_tensors(state), {k: v.to_local() for k, v in dstate.items()}
 
 
 def _dtensors(ctx, scheme: str, state: dict) -> dict:
@@ -257,32 +229,13 @@ def test_a_flipped_byte_is_detected_by_verify_and_by_load(world_size, tmp_path):
 # -- Task 10.2: load with resharding ----------------------------------------------------------------
 
 
-def _check_load(outs, saved_scheme, saved_world, load_scheme, world, root, what):
-    for r, (boxes, values, reads) in enumerate(outs):
-        for key, want in expected_boxes(load_scheme, r, world).items():
-            assert_close(boxes[key], want, rtol=0, atol=0, what=f"{what}: rank {r}, box of {key!r}")
-        owner = r if r < saved_world else 0
-        assert values["whoami"] == f"rank {owner} of {saved_world}", (
-            f"{what}: rank {r} got the non-tensor values of {values['whoami']!r}, expected those of rank {owner}"
-        )
-        problem = check_reads(reads, root / "step_00000001")
-        assert problem is None, f"{what}: rank {r}'s recorded reads: {problem}"
-        needed, allowed = read_budget(saved_scheme, saved_world, load_scheme, r, world)
-        got = sum(stop - start for _, start, stop in reads)
-        assert needed <= got <= allowed, (
-            f"{what}: rank {r} read {got} bytes of tensor data; its boxes need {needed}, and with whole "
-            f"{4096}-byte checksum blocks at most {allowed}: read only the ranges your boxes need "
-            "(and record every read)"
-        )
-
-
 @pytest.mark.task10_2
 def test_fsdp_checkpoint_loads_at_other_world_sizes_reading_only_what_each_rank_needs(world_size, tmp_path, request):
     """FSDP shards saved on N ranks load on N' ranks exactly, each rank reading only its own byte ranges."""
     run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
     for new in _other_world_sizes(request.config, world_size):
         outs = run_ranks(new, load_rank, str(tmp_path), "fsdp", None)
-        _check_load(outs, "fsdp", world_size, "fsdp", new, tmp_path, f"FSDP {world_size} -> {new} ranks")
+        check_load(outs, "fsdp", world_size, "fsdp", new, tmp_path, f"FSDP {world_size} -> {new} ranks")
 
 
 @pytest.mark.task10_2
@@ -293,7 +246,7 @@ def test_dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone(world_size, tmp_
     for new in _other_world_sizes(request.config, world_size):
         outs = run_ranks(new, load_rank, str(tmp_path), f"tp{new}", None)
         what = f"dp {world_size // tp} x tp {tp} -> tp {new}"
-        _check_load(outs, f"tp{tp}", world_size, f"tp{new}", new, tmp_path, what)
+        check_load(outs, f"tp{tp}", world_size, f"tp{new}", new, tmp_path, what)
 
 
 @pytest.mark.task10_2
@@ -302,7 +255,7 @@ def test_zero_optimizer_shards_load_into_plain_ddp(world_size, tmp_path, request
     run_ranks(world_size, save_rank, str(tmp_path), "zero", 1)
     for new in sorted({world_size, *_other_world_sizes(request.config, world_size)}):
         outs = run_ranks(new, load_rank, str(tmp_path), "ddp", None)
-        _check_load(outs, "zero", world_size, "ddp", new, tmp_path, f"ZeRO on {world_size} -> DDP on {new} ranks")
+        check_load(outs, "zero", world_size, "ddp", new, tmp_path, f"ZeRO on {world_size} -> DDP on {new} ranks")
 
 
 @pytest.mark.task10_2
@@ -461,7 +414,7 @@ def async_rank(ctx, root: str):
     ckpt.close()
     loaded = rank_state(C, "fsdp", ctx.rank, ctx.world_size, empty=True, device=ctx.device)
     C.load_checkpoint(loaded, root, 1)
-    return committed_before_release, str(folder), str(second), C.latest_checkpoint(root), _locals(loaded)
+    return committed_before_release, str(folder), str(second), C.latest_checkpoint(root), local_tensors(loaded)
 
 
 @pytest.mark.task10_4

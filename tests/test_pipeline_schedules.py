@@ -14,7 +14,6 @@ counting the activations actually alive (weak references to a probe layer's outp
 from __future__ import annotations
 
 import functools
-import weakref
 
 import pytest
 import torch
@@ -22,9 +21,9 @@ from torch import nn
 
 from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
-from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, format_events
 from tests.oracles.pipeline import (
+    ActivationProbe,
     assert_matches_oracle,
     build_model,
     chunked_train_rank,
@@ -358,24 +357,6 @@ def test_checkpointing_recomputes_with_the_forward_rng_state(world_size, schedul
         for name, grad in plain[1].items():
             assert_close(ckpt[1][name], grad, what=f"{where}, {name}.grad with checkpoint=True vs without "
                          "(a recomputation without the forward's RNG state draws other dropout masks)")  # fmt: skip
-
-
-class ActivationProbe(nn.Module):
-    """Identity layer whose output is a fresh tensor, saved by the next layer for its backward. It
-    keeps weak references to its outputs and records the most bytes of them alive at once (the
-    distinct storages, tests/harness/memory.py): the activations this rank's autograd graphs hold."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refs, self.peak_count, self.peak_bytes = [], 0, 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x * 1.0
-        self.refs = [r for r in self.refs if r() is not None] + [weakref.ref(y)]
-        alive = [r().detach() for r in self.refs]  # detached: the same storages, no .grad to look at
-        self.peak_count = max(self.peak_count, len(alive))
-        self.peak_bytes = max(self.peak_bytes, storage_bytes(alive, skip=set()))
-        return y
 
 
 def memory_rank(ctx, run, m):

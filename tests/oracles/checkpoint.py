@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from tests.harness import assert_close
+
 BLOCK = 4096  # CHECKSUM_BLOCK_BYTES of the stub: a load may read whole blocks around what it needs
 
 # key -> (shape, dtype) of the model/optimizer tensors every layout is cut from. "big" makes reads
@@ -391,3 +393,56 @@ def find_pattern(folder: Path, pattern: bytes) -> tuple[Path, int] | None:
         if at >= 0:
             return path, at
     return None
+
+
+# -- rank functions and judgments shared by the public and the hidden tests -----------------------------
+
+
+def local_tensors(state: dict) -> dict:
+    return {k: (v.local if hasattr(v, "local") else v) for k, v in state.items() if isinstance(v, torch.Tensor)
+            or hasattr(v, "local")}  # fmt: skip
+
+
+def save_rank(ctx, root: str, scheme: str, step: int, seed: int = 0):
+    """Save this rank's boxes of ``scheme``; rank 0 then reports latest_checkpoint and verify_checkpoint."""
+    C = ctx.load("checkpoint")
+    folder = C.save_checkpoint(
+        rank_state(C, scheme, ctx.rank, ctx.world_size, seed=seed, device=ctx.device), root, step
+    )
+    if ctx.rank != 0:
+        return str(folder), None, None
+    try:
+        C.verify_checkpoint(root, step)
+        verified = None
+    except C.TornCheckpoint as exc:
+        verified = str(exc)
+    return str(folder), C.latest_checkpoint(root), verified
+
+
+def load_rank(ctx, root: str, scheme: str, step: int | None = None):
+    """Load this rank's boxes of ``scheme`` (zeros to start with); the boxes, the values, the reads."""
+    C = ctx.load("checkpoint")
+    state = rank_state(C, scheme, ctx.rank, ctx.world_size, empty=True, device=ctx.device)
+    reads: list = []
+    values = C.load_checkpoint(state, root, step, reads=reads)
+    return local_tensors(state), values, reads
+
+
+def check_load(outs, saved_scheme, saved_world, load_scheme, world, root, what):
+    """Judge ``load_rank``'s results at ``world`` ranks: exact boxes, the right rank's values, reads in budget."""
+    for r, (boxes, values, reads) in enumerate(outs):
+        for key, want in expected_boxes(load_scheme, r, world).items():
+            assert_close(boxes[key], want, rtol=0, atol=0, what=f"{what}: rank {r}, box of {key!r}")
+        owner = r if r < saved_world else 0
+        assert values["whoami"] == f"rank {owner} of {saved_world}", (
+            f"{what}: rank {r} got the non-tensor values of {values['whoami']!r}, expected those of rank {owner}"
+        )
+        problem = check_reads(reads, root / "step_00000001")
+        assert problem is None, f"{what}: rank {r}'s recorded reads: {problem}"
+        needed, allowed = read_budget(saved_scheme, saved_world, load_scheme, r, world)
+        got = sum(stop - start for _, start, stop in reads)
+        assert needed <= got <= allowed, (
+            f"{what}: rank {r} read {got} bytes of tensor data; its boxes need {needed}, and with whole "
+            f"{4096}-byte checksum blocks at most {allowed}: read only the ranges your boxes need "
+            "(and record every read)"
+        )

@@ -16,8 +16,15 @@ import torch
 
 from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
-from tests.oracles.checkpoint import CrashInjector, SimulatedCrash, expected_boxes, rank_state
-from tests.test_checkpoint import _check_load, load_rank, save_rank
+from tests.oracles.checkpoint import (
+    CrashInjector,
+    SimulatedCrash,
+    check_load,
+    expected_boxes,
+    load_rank,
+    rank_state,
+    save_rank,
+)
 
 
 def _fsdp_model():
@@ -118,7 +125,7 @@ def test_fsdp_and_zero_layouts_saved_on_four_ranks_load_on_three(world_size, tmp
         root = tmp_path / saved
         run_ranks(world_size, save_rank, str(root), saved, 1)
         outs = run_ranks(3, load_rank, str(root), loaded, None)
-        _check_load(outs, saved, world_size, loaded, 3, root, f"{saved} on 4 -> {loaded} on 3")
+        check_load(outs, saved, world_size, loaded, 3, root, f"{saved} on 4 -> {loaded} on 3")
 
 
 def every_op_rank(ctx, root: str, flags: str, crash_rank: int, crash_at: int | None):
