@@ -44,6 +44,41 @@ def _half(what: str) -> tuple:
     return ((0.5, what),)
 
 
+# 11. p = 4, m = 8, one chunk's F = B = W = 1 (a stage is two chunks).
+P4, M_V = 4, 8
+IL = "interleaved v = 2"
+V_BUBBLES = {
+    "interleaved v = 2": acc.schedule_bubble_fraction("interleaved", P4, M_V, num_chunks=2),
+    "ZB-H1": acc.schedule_bubble_fraction("zb-h1", P4, M_V),
+    "ZB-V": acc.zbv_bubble_fraction(P4, M_V),
+}
+# Peak activations of stage / rank 0, in units of a whole stage's microbatch (two chunks).
+V_PEAKS = {
+    "interleaved v = 2": acc.schedule_peak_activations("interleaved", P4, M_V, 0, num_chunks=2) / 2,
+    "ZB-H1": acc.schedule_peak_activations("zb-h1", P4, M_V, 0),
+    "ZB-V": acc.zbv_peak_activations(P4, M_V) / 2,
+}
+ZBV_CHEAP_W = acc.zbv_bubble_fraction(P4, M_V, 1.0, 1.0, 0.25)
+
+# 12. p = 4, m = 16; a chunk's forward computes 1 and communicates 1 (F = 2), its input-gradient half likewise
+# (2), its weight gradient computes 1 (W = 1, whole B = 3); an overlapped pair F&B = 3 (without overlap 5).
+M16, F12, B12, W12 = 16, 2.0, 3.0, 1.0
+
+
+def _dualpipev(fb: float) -> tuple[float, float, float]:
+    """(bubble, idle, step) of DualPipeV's rank p - 1 with F&B = fb."""
+    idle = (P4 - 1) * (fb + B12 - 3 * W12)
+    busy = (2 * M16 - 2 * P4 - 1) * fb + (2 * P4 + 1) * (F12 + B12)
+    bubble = acc.dualpipev_bubble_fraction(P4, M16, F12, B12, W12, overlapped_time=fb)
+    assert abs(bubble - idle / (busy + idle)) < 1e-12  # the handout's formula, as the function computes it
+    return bubble, idle, busy + idle
+
+
+DPV_OVERLAP, DPV_PLAIN = _dualpipev(3.0), _dualpipev(F12 + B12)
+ZBV_BUBBLE = acc.zbv_bubble_fraction(P4, M16, F12, B12 - W12, W12)
+ZBV_IDLE = (P4 - 1) * max(B12 - W12, 2 * (B12 - W12 - W12))
+ZBV_STEP = 2 * M16 * (F12 + B12) + ZBV_IDLE
+
 SECTIONS = (
     Section(
         part=5,
@@ -177,6 +212,59 @@ one overlaps the other's), likewise at the end. Cost: each rank holds two chunks
 the parameters (and their gradients/optimizer state) of a plain stage; activations: a rank holds microbatches of
 both directions, about p + 1 in flight instead of p − s, more balanced across ranks.""",
                 rubric=_half("both directions fill each other's fill/drain; 2× parameters per rank, more activations"),
+            ),
+            Problem(
+                "11",
+                "When is a V better than interleaving?",
+                1,
+                f"""Bubbles at p = 4, m = 8, F = B = W = 1 per chunk: interleaved v = 2 **{V_BUBBLES[IL]:.3f}** (3/19),
+ZB-H1 **{V_BUBBLES["ZB-H1"]:.3f}**, ZB-V **{V_BUBBLES["ZB-V"]:.4f}** (3/51). Peak activations of rank 0 in
+whole-stage microbatches: interleaved {num(V_PEAKS[IL])}, ZB-H1 {num(V_PEAKS["ZB-H1"])}, ZB-V
+{num(V_PEAKS["ZB-V"])} (2p chunks): the V keeps 1F1B's memory with almost no bubble. Messages per microbatch
+each way: interleaved 2p − 1 = 7
+(including the wrap from rank p − 1 to rank 0), ZB-V 2p − 2 = 6 (the turn at rank p − 1 stays in memory).
+With W = 0.25, ZB-V idles (p − 1)·max(B, 2(B − W)) = 4.5 of a 40.5 step: **{ZBV_CHEAP_W:.3f}**, no better than
+ZB-H1. Still interleave when you want v > 2 chunks per rank, when m < 2p − 1, when W cannot be split from B
+(fused kernels, no weight-gradient hook) or is much cheaper than B.""",
+                rubric=(
+                    (0.5, "the three bubbles and peaks (±0.005; peaks in any consistent unit)"),
+                    (0.5, f"ZB-V with W = 0.25 ≈ {ZBV_CHEAP_W:.3f}, and two situations for interleaving"),
+                ),
+                wrong=("Counting ZB-V's turn at rank p − 1 as a message (7): −0.25.",),
+            ),
+            Problem(
+                "12",
+                "What does DualPipe buy when communication is as long as compute?",
+                1,
+                f"""DualPipeV with the overlap (F&B = 3): idle (p − 1)(F&B + B − 3W) = {num(DPV_OVERLAP[1])}, step
+{num(DPV_OVERLAP[2])}, bubble **{DPV_OVERLAP[0]:.3f}**; without it (F&B = F + B = 5): step {num(DPV_PLAIN[2])},
+bubble **{DPV_PLAIN[0]:.3f}**. ZB-V with the same times (F = 2, B = 2, W = 1): idle {num(ZBV_IDLE)}, step
+{num(ZBV_STEP)}, bubble **{ZBV_BUBBLE:.3f}**. ZB-V has the smaller bubble fraction, DualPipeV the shorter step
+({1 - DPV_OVERLAP[2] / ZBV_STEP:.0%} shorter): the overlap removes busy time (each pair hides one side's
+communication behind the other's compute), which a bubble fraction, idle over the step, does not count. Compare
+step times.""",
+                rubric=(
+                    (0.5, f"steps {num(DPV_OVERLAP[2])} / {num(DPV_PLAIN[2])} / {num(ZBV_STEP)} or the bubbles (±2%)"),
+                    (0.5, "the bubble fraction ignores the busy time the overlap saves: compare step times"),
+                ),
+                wrong=("Concluding ZB-V is faster from its smaller bubble: 0 of the second 0.5.",),
+            ),
+            Problem(
+                "13",
+                "ZB-V and DualPipeV against torch's",
+                1,
+                """Report the bench's ratios (ours / torch's step time) with their intervals for p = 2 and 4. On
+sleeping stages DualPipeV's overlap gains nothing: one thread sleeps through the F and then the B; an overlap pays only
+when communication, or a second stream, runs during the compute.""",
+                rubric=((0.5, "ratios with intervals for both schedules"), (0.5, "why the overlap gains nothing here")),
+                expect=(
+                    "The reference on the 2-core VM (F = B = W = 25 ms): ZB-V / torch 0.94 (0.83-1.04) at p = 2, "
+                    "0.73 (0.60-1.04) at p = 4; DualPipeV / torch 0.94 (0.81-1.05) and 0.96 (0.83-1.16).",
+                    "Measured bubbles within 3 points of the formulas (ZB-V within 1.5; DualPipeV at most 3.2, below "
+                    "its formula: the executor starts a pair's F on its own input).",
+                    "Signs of a wrong implementation: a ratio above ~1.5 (messages serialised, receives posted late), "
+                    "ZB-V's bubble above ZB-H1's at m >= 2p - 1.",
+                ),
             ),
         ),
     ),
