@@ -440,7 +440,8 @@ def init_adamw_state(optimizer: torch.optim.Optimizer) -> None:
 
 def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     """One rank of the training job, from the committed checkpoint of ``start_step`` (0: from scratch) to
-    ``config.steps``. Returns ``{"params": full parameters, "start_step": ..., "losses": [...]}``.
+    ``config.steps``. Returns ``{"params": full parameters, "start_step": ..., "losses": [...], "step_ends": [...]}``
+    (``step_ends``: when each step's optimizer step was done, ``time.time()``).
 
     Every wait on the peers is guarded by the detector (``FailureDetector.waiting``), so a failure ends it
     with a ``PeerFailure`` (or, for a hung peer, the detector's thread ends the process with a report)."""
@@ -463,7 +464,7 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
     detector = FailureDetector(rank.store, me, world, interval=config.heartbeat_interval,
                                timeout=config.heartbeat_timeout, on_failure=rank.fail)  # fmt: skip
     rows = slice(me * config.global_batch // world, (me + 1) * config.global_batch // world)
-    losses = []
+    losses, step_ends = [], []
     with detector:
         if start_step:
             with detector.waiting(f"loading the checkpoint of step {start_step}"):
@@ -485,13 +486,15 @@ def train_job(rank: JobRank, config: TrainConfig, start_step: int = 0) -> dict:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item())
+            step_ends.append(time.time())
             if (step + 1) % config.checkpoint_every == 0 and step + 1 < config.steps:
                 rank.reached(step + 1, "save")
                 with detector.waiting(f"the checkpoint of step {step + 1}"):
                     checkpoint.save_checkpoint(state(), config.directory, step + 1, group=group)
         with detector.waiting("the final all-gather of the parameters"):
             params = trained.gather_full_params() if fsdp_run else dict(model.state_dict())
-    return {"params": {k: v.detach().clone() for k, v in params.items()}, "start_step": start_step, "losses": losses}
+    return {"params": {k: v.detach().clone() for k, v in params.items()}, "start_step": start_step,
+            "losses": losses, "step_ends": step_ends}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

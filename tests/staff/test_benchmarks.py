@@ -28,6 +28,7 @@ SMALLEST = {
     "context_parallel": "--world-sizes 1,2 --seqs 64 --heads 2 --head-dim 8 --iters 1 --warmup 0",
     "ddp": "--layers 1 --d-model 32 --d-ff 64 --batch 4 --caps 0.01,1 --steps 1 --rounds 1 --warmup 1",
     "expert_parallel": "--world-sizes 2 --tokens 32 --d-model 16 --d-ff 32 --experts 4 --skews 0,0.5 --iters 1",
+    "fault_tolerance": "--world-sizes 2 --widths 16 --repeats 1 --steps 4 --checkpoint-every 2 --kill-step 3",
     "fsdp": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
     "sharded_optimizer": "--world-sizes 1,2 --layers 1 --d-model 32 --d-ff 64 --batch 4 --steps 1",
     "mesh": "--layers 4 --d-model 32 --batch 16 --microbatches 2 --steps 1",
