@@ -40,6 +40,7 @@ UNGRADED = {
     "tests/test_oracles.py",
     "tests/test_harness_p2p_matching.py",
     "tests/test_harness_children.py",
+    "tests/test_harness_zygote.py",
 }
 HEADING = re.compile(
     r"^## (?P<title>.+?)(?P<points>\s*(?:\((?:[^()]*?, )?[\d.]+ (?:pts?|points?)\)|— [\d.]+ points?))?\s*$"
