@@ -40,6 +40,25 @@ TAU_ASYNC = acc.async_checkpoint_interval(STAGE, SYNC_C, M)
 GOOD_SYNC = acc.checkpoint_goodput(TAU_SYNC, SYNC_C, R, M)
 GOOD_ASYNC = acc.checkpoint_goodput(TAU_ASYNC, STAGE, R, M, write_seconds=SYNC_C)
 
+# 6. What a failure costs: 419 unexpected interruptions in 54 days, checkpoints every 30 minutes.
+DAY, INTERVAL = 86_400.0, 1800.0
+FAILURES_PER_DAY = 419 / 54
+RESTART_COST = 30 + 120 + 60 + INTERVAL / 2  # detect, relaunch, load, half an interval of lost work
+SHARD_70B_64 = 70e9 * 14 / 64  # one replica's shard per GPU: 70B x 14 bytes over 64 GPUs
+LIVE_COST = 30 + SHARD_70B_64 / 50e9 + 10  # detect, transfer at 50 GB/s, the step in flight
+
+# 7. Choosing the timeout: P(gap > T) = exp(-T / 0.2 s) per rank-second, 16,384 ranks for 54 days.
+RANK_SECONDS = 16_384 * 54 * DAY
+TIMEOUT = 0.2 * math.log(RANK_SECONDS)  # expected false alarms = RANK_SECONDS * exp(-T / 0.2) = 1
+NOTICE = TIMEOUT + 1.0  # at worst: the timeout after the last heartbeat, which is up to 1 s old
+
+LOST_RESTART, LOST_LIVE = FAILURES_PER_DAY * RESTART_COST / DAY, FAILURES_PER_DAY * LIVE_COST / DAY
+CLUSTER_H, NCCL_H = 419 * NOTICE / 3600, 419 * 600 / 3600
+
+# 8. 256 replicas of 8 GPUs (TP = 8), global batch 1024; one node (a replica) dies, no spare.
+HEALTHY = 255
+NEW_WORLD = max(w for w in range(1, HEALTHY + 1) if 1024 % w == 0)
+
 
 def _binds(busiest: float, own: float, fs: float) -> str:
     return "the filesystem's 1 TB/s" if fs >= own else "the busiest rank's 2 GB/s"
@@ -147,6 +166,59 @@ save with a concrete next change (e.g. fewer, larger writes; checksumming in the
                     "the write on the training thread); load slower than save by far more than 2x (whole boxes "
                     "read, or each block read separately).",
                 ),
+            ),
+            Problem(
+                "6",
+                "What a failure costs",
+                1,
+                f"""(a) Restart from disk: 30 + 120 + 60 s plus half the 30-minute interval =
+**{seconds(RESTART_COST)}** per failure. Live recovery: 30 s to detect, one replica's shard
+({num(SHARD_70B_64 / 1e9)} GB per GPU) over 50 GB/s in {seconds(SHARD_70B_64 / 50e9)}, and the 10 s step in
+flight: **{seconds(LIVE_COST)}**. (b) {FAILURES_PER_DAY:.2f} failures a day: **{LOST_RESTART:.1%}** of the day
+lost with restarts, **{LOST_LIVE:.2%}** with live recovery. (c) Live recovery needs a healthy replica
+holding the same state: a failure that takes out every copy (a rack, a switch, correlated node failures), a
+corrupted state (a NaN, a bad step, a software bug) that every replica shares, and the planned interruptions
+(47 of the 466) all need a checkpoint on disk; so do evaluation and releasing the weights.""",
+                rubric=(
+                    (0.5, f"{seconds(RESTART_COST)} and {seconds(LIVE_COST)} per failure (±10%)"),
+                    (
+                        0.5,
+                        f"~{LOST_RESTART:.0%} vs ~{LOST_LIVE:.1%} of the day, and one reason to keep checkpointing",
+                    ),
+                ),
+                wrong=("Forgetting the half interval of lost work: 210 s, −0.25.",),
+            ),
+            Problem(
+                "7",
+                "Choosing the timeout",
+                1,
+                f"""{num(RANK_SECONDS)} rank-seconds in the run; false alarms are expected
+{num(RANK_SECONDS)}·e^(−T/0.2 s), below one for T > 0.2·ln({num(RANK_SECONDS)}) = **{TIMEOUT:.1f} s**.
+A real failure is then noticed at most T + 1 s = **~{NOTICE:.0f} s** after the last heartbeat. 419 failures
+cost 419 × {NOTICE:.0f} s = **{CLUSTER_H:.1f} h** of the whole cluster
+({num(CLUSTER_H * 16_384)} GPU-hours) instead of 419 × 10 min = **{NCCL_H:.1f} h**
+({num(NCCL_H * 16_384)} GPU-hours) with NCCL's default.""",
+                rubric=(
+                    (0.5, f"T ≈ {TIMEOUT:.1f} s (accept 5-6 s) from the count of rank-seconds"),
+                    (
+                        0.5,
+                        f"~{NOTICE:.0f} s to notice; ~{CLUSTER_H:.1f} h vs ~{NCCL_H:.0f} h of cluster time",
+                    ),
+                ),
+                wrong=("Counting ranks but not seconds (T ≈ 1.9 s): a false alarm every few minutes; −0.5.",),
+            ),
+            Problem(
+                "8",
+                "The world size after a loss",
+                1,
+                f"""255 replicas are left; the largest world size ≤ 255 dividing the global batch of 1024 is
+**{NEW_WORLD}** replicas: **{1 - NEW_WORLD / 256:.0%}** of the throughput is lost for one node in 256 (0.4% of the
+hardware). Better: uneven per-replica batches (1024 = 255 × 4 + 4: four replicas take 5 sequences, gradients
+averaged with weights by their sample counts), gradient accumulation so that each replica's microbatches add
+up to the same global batch, a slightly smaller global batch (1020) with the learning rate rescaled, or a hot
+spare node that takes the lost replica's place (Meta's answer).""",
+                rubric=((0.5, f"{NEW_WORLD} replicas, {1 - NEW_WORLD / 256:.0%} lost"), (0.5, "two ways to do better")),
+                wrong=("255 replicas (does not divide 1024): 0 of the first 0.5.",),
             ),
         ),
     ),
