@@ -58,8 +58,10 @@ def live_job(rank, config, kill_step: int) -> dict:
             time.sleep(0.002)
         me, dead = dead[0], dead[0]
     else:
+        # No on_failure: a survivor must live on. On gloo the all-reduce raises when its peer dies; on NCCL the
+        # callback would abort the communicator (ProcessGroupNCCL.abort) so that the blocked wait returns.
         detector = ft.FailureDetector(rank.store, me, n, interval=config.heartbeat_interval,
-                                      timeout=config.heartbeat_timeout, on_failure=rank.fail)  # fmt: skip
+                                      timeout=config.heartbeat_timeout)  # fmt: skip
         try:
             with detector:
                 for step in range(config.steps):
@@ -69,7 +71,10 @@ def live_job(rank, config, kill_step: int) -> dict:
         except ft.PeerFailure as failure:
             out["detected_at"], dead = failure.noticed_at, failure.dead_rank
             optimizer.zero_grad(set_to_none=True)  # the failed step's local grads were never averaged
-    # A new process group of the survivors and the spare, the spare in the dead rank's place.
+    # A new process group of the survivors and the spare, the spare in the dead rank's place. The old groups
+    # go first, their last references with them: closing their sockets is what wakes a survivor still blocked
+    # on a live peer that has left the collective (gloo cannot abort a pending operation).
+    del train_group
     dist.destroy_process_group()
     dist.init_process_group("gloo", store=dist.PrefixStore("live/", rank.store), rank=me, world_size=n)
     step = ft.recover_replica(model, optimizer, step, replaced=dead)
