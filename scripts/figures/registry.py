@@ -15,6 +15,7 @@ from scripts.figures import (
     collectives,
     context_parallel,
     expert_parallel,
+    fault_tolerance,
     mesh,
     pipeline,
     tensor_parallel,
@@ -39,4 +40,5 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "ring_attention.png": context_parallel.draw_ring_attention,  # 09-context-parallel
     "checkpoint_protocol.png": checkpoint.draw_protocol,  # 10-failures
     "checkpoint_resharding.png": checkpoint.draw_resharding,
+    "fault_tolerance_recovery.png": fault_tolerance.draw_recovery,
 }
