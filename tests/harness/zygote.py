@@ -176,6 +176,12 @@ def _become_rank(sock: socket.socket, request: dict, fd: int) -> None:
     """In the forked child: look like ``python -m tests.harness.worker ...`` started in a new session."""
     sock.close()
     os.setsid()
+    try:  # dumpable again, as a freshly started rank is (the zygote is not: _serve)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").prctl(4, 1)
+    except (OSError, AttributeError):
+        pass
     devnull = os.open(os.devnull, os.O_RDWR)
     for std in (0, 1, 2):
         os.dup2(devnull, std)
@@ -210,8 +216,12 @@ def _serve(fd: int) -> None:
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     import ctypes
 
-    try:  # die with the pytest process (PR_SET_PDEATHSIG = 1); the ranks die with this one
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the pytest process; the ranks die with this one
+        # PR_SET_DUMPABLE 0: like the grader's pytest (scripts/grading), a rank cannot open this process's
+        # /proc memory, environment or descriptors; each rank turns it back on after the fork (_become_rank).
+        libc.prctl(4, 0)
     except (OSError, AttributeError):
         pass
     # What every rank imports first (tests/harness/worker.py): paid once here, shared by every fork.
