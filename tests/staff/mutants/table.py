@@ -766,16 +766,16 @@ MUTANTS = [
         "pipeline_group_rank_as_global",
         "pipeline",
         "neighbours are group ranks passed to send/recv as global ranks (wrong in a subgroup)",
-        old="ranks[(stage - 1) % num_stages], ranks[(stage + 1) % num_stages]",
-        new="(stage - 1) % num_stages, (stage + 1) % num_stages",
+        old="return self._ranks[self._place(g + 1)[0]]",
+        new="return self._place(g + 1)[0]",
         caught_by=PIPELINE("subgroups", "is not part of group", world_sizes="4"),
     ),
     Mutant(
         "pipeline_grad_to_next",
         "pipeline",
         "input gradients are sent to the next stage instead of the previous one",
-        old="dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_prev",
-        new="dist.P2POp(dist.isend, grad_x.contiguous(), self._ring_next",
+        old="dist.P2POp(dist.isend, grad_x.contiguous(), self._prev_rank(k), self.group)",
+        new="dist.P2POp(dist.isend, grad_x.contiguous(), self._next_rank(k), self.group)",
         caught_by=PIPELINE("training_matches and deep and m-equal-p and 1f1b", "train_rank", world_sizes="4"),
     ),
     Mutant(
@@ -900,8 +900,8 @@ MUTANTS = [
         "pipeline",
         "a rank allocates every chunk's incoming activations with the first shape it learned (right while all"
         " chunk boundaries have the same width, wrong when they differ)",
-        old="return torch.empty(step.act_meta[k][0], dtype=step.act_meta[k][1], device=step.device)",
-        new="return torch.empty(*next(iter(step.act_meta.values()))[:1], dtype=step.act_meta[k][1], device=step.device)",  # noqa: E501
+        old='shape, dtype = step.act_meta[k] if kind == "act" else step.stash[(i, k)].out_meta',
+        new='shape, dtype = next(iter(step.act_meta.values())) if kind == "act" else step.stash[(i, k)].out_meta',
         caught_by=(
             SCHEDULES("differ_in_width and keep", "train_rank", world_sizes="2"),
             PIPELINE_HIDDEN("keep", "train_rank"),
@@ -947,11 +947,11 @@ MUTANTS = [
         "pipeline",
         "each action's sends are blocking dist.send calls made before the next receive is posted: in 1F1B's"
         " steady state stage s sends to s + 1 while s + 1 sends to s, and both wait forever (on NCCL as on gloo)",
-        old="        ops = outgoing + recv\n",
+        old="        ops, pending = list(outgoing), []  # pending: (message, buffer) of the receives in ops\n",
         new=(
             "        for op in outgoing:  # blocking sends first\n"
             "            dist.send(op.tensor, op.peer, group=op.group)\n"
-            "        outgoing, ops = [], recv\n"
+            "        ops, pending = [], []\n"
         ),
         caught_by=PIPELINE(
             "::test_pipeline_training_matches_one_process_on_the_full_batch[w2-1f1b-m-above-p-deep]", "no answer within"
@@ -1608,7 +1608,8 @@ MUTANTS = [
         "AsyncCheckpointer.save hands the live tensors to the background thread: it saves a later step's values",
         old='staged[key] = Shard(value.local.detach().to("cpu", copy=True), value.global_shape, value.offsets)',
         new="staged[key] = Shard(value.local.detach(), value.global_shape, value.offsets)",
-        caught_by=CKPT("async_save", "stage a copy", names=RANK),
+        # the live tensor changes after the save (the values differ) or during the write (its checksums do not match)
+        caught_by=CKPT("async_save", ("stage a copy", "checksum mismatch"), names=RANK),
     ),
     Mutant(
         "checkpoint_every_replica_writes",
