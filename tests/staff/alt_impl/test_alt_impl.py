@@ -37,3 +37,13 @@ def test_the_alternative_answers_in_its_own_words():
         with pytest.raises((ValueError, TypeError)) as info:
             call()
         assert str(info.value).startswith(MARKER) and name in str(info.value), str(info.value)
+
+
+def test_every_part_module_has_an_alternative():
+    """A new part module gets its alternative too (one line, like the others), or its bad-input tests go unchecked."""
+    from pathlib import Path
+
+    from scripts.tools.submission import PART_MODULES
+
+    missing = [m for m in PART_MODULES if not (Path(__file__).parent / f"{m}.py").is_file()]
+    assert not missing, f"add tests/staff/alt_impl/<module>.py (rebuild(globals(), ...)) for {missing}"
