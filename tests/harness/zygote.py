@@ -132,26 +132,20 @@ class Zygote:
         return message
 
 
-_ZYGOTES: dict[str, Zygote] = {}
+_ZYGOTE: Zygote | None = None  # this process's zygote; it dies with the process (PR_SET_PDEATHSIG)
 
 
 def get_zygote(env: dict[str, str], cwd: Path) -> Zygote | None:
-    """The session's zygote (one per interpreter), started on first use; None when disabled or broken."""
+    """This process's zygote, started on first use (and again if it died); None when disabled or broken."""
+    global _ZYGOTE
     if not enabled():
         return None
-    zygote = _ZYGOTES.get(sys.executable)
-    if zygote is None or not zygote.alive:
+    if _ZYGOTE is None or not _ZYGOTE.alive:
         try:
-            zygote = _ZYGOTES[sys.executable] = Zygote(env, cwd)
+            _ZYGOTE = Zygote(env, cwd)
         except (OSError, RuntimeError):
             return None
-    return zygote
-
-
-def close_zygotes() -> None:
-    for zygote in _ZYGOTES.values():
-        zygote.close()
-    _ZYGOTES.clear()
+    return _ZYGOTE
 
 
 # -- the zygote process -------------------------------------------------------------------------------
