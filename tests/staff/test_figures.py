@@ -39,6 +39,7 @@ def test_every_linked_figure_is_drawn_by_the_registry():
 
 
 def test_every_registered_figure_is_linked_and_committed():
+    """Every figure the registry draws is linked from a handout and committed under handouts/figures/."""
     linked = _linked()
     unused = sorted(set(FIGURES) - set(linked))
     assert not unused, f"scripts/figures/registry.py draws figures no handout links: {unused}"

@@ -23,6 +23,7 @@ def _args(**kw) -> argparse.Namespace:
 
 
 def test_an_eight_gpu_node_runs_every_check_at_2_4_8_and_the_benchmarks_on_all_eight(tmp_path):
+    """On 8 GPUs the plan runs the suite, hidden tests and grader on NCCL at 2, 4, 8, and every benchmark on all 8."""
     steps = acceptance.plan(_args(), gpus=8, out=tmp_path)
     suite, hidden, grade, *benches = steps
     for step in (suite, hidden, grade):
@@ -35,11 +36,13 @@ def test_an_eight_gpu_node_runs_every_check_at_2_4_8_and_the_benchmarks_on_all_e
 
 
 def test_a_node_with_fewer_gpus_drops_the_world_sizes_it_cannot_hold():
+    """World sizes above the node's GPU count are dropped (one GPU: world size 1 only)."""
     assert acceptance.world_sizes("2,4,8", gpus=4) == [2, 4]
     assert acceptance.world_sizes("2,4,8", gpus=1) == [1]  # NCCL refuses two ranks on one GPU
 
 
 def test_without_a_gpu_it_says_so_and_fails():
+    """Without a visible CUDA GPU the acceptance command says so and exits 2."""
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
     command = [sys.executable, "-m", "scripts.grading.acceptance"]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
