@@ -1820,4 +1820,17 @@ MUTANTS = [
     ),
 ]
 
+
+def _collect_area_tables() -> None:
+    """Append the rows of every ``table_<area>.py`` beside this file (one file per area, so that work on several
+    parts at once never edits the same catalogue). Imported last: those files import ``Check``, ``Mutant`` and
+    the partials above from this module."""
+    import importlib
+    from pathlib import Path
+
+    for path in sorted(Path(__file__).parent.glob("table_*.py")):
+        MUTANTS.extend(importlib.import_module(f"{__package__}.{path.stem}").MUTANTS)
+
+
+_collect_area_tables()
 BY_ID = {m.id: m for m in MUTANTS}
