@@ -34,7 +34,7 @@ from pathlib import Path
 
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
-from scripts.grading.sandbox import StaffFiles, SubmissionError, read_submission
+from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded, read_submission
 from scripts.grading.staff import path_of
 from scripts.grading.summary import headline, write_summary
 from tests.harness import defaults
@@ -188,10 +188,11 @@ def grade_one(args) -> int:
     work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
     record, notes = RunRecord(), []
     try:
-        rubric = load_rubric(args.rubric).select(args.parts.split(",") if args.parts else None)
+        kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
+        rubric = kit.select(args.parts.split(",") if args.parts else None)
         staff = StaffFiles.snapshot(REPO)
         try:
-            sub = read_submission(args.submission)
+            sub = keep_graded(read_submission(args.submission), graded_modules(list(kit.parts)))
         except SubmissionError as exc:
             notes.append(f"the submission could not be read: {exc}")
             sub = None

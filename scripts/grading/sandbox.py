@@ -8,9 +8,10 @@ The sandbox holds the tests that reach the grading machine (staff.py says which;
 sandbox has no hidden test: ``StaffFiles.without``, and the hidden tests run afterwards in their own),
 the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_systems`` (``__init__``,
 ``models``, ``utils``: always the staff copies) and the student's part modules (or the staff stub
-for a module the submission lacks). It never holds ``reference_solutions``: a placeholder package
-of that name raises ImportError, so that a submission importing the reference fails loudly instead
-of finding an installed copy.
+for a module the submission lacks). In a kit of some parts, the modules of its given parts are the staff's
+copies too (``keep_graded``): only the modules its rubric grades come from the submission. It never holds
+``reference_solutions``: a placeholder package of that name raises ImportError, so that a submission importing
+the reference fails loudly instead of finding an installed copy.
 
 Submissions are read, never extracted: no path from a zip ever reaches the file system, symlinks
 are refused, and sizes are capped (a zip bomb stops at the cap).
@@ -49,6 +50,7 @@ class SubmissionError(ValueError):
 class Submission:
     modules: dict[str, bytes] = field(default_factory=dict)  # part module name -> source
     notes: list[str] = field(default_factory=list)  # what the student should know (shown in the output)
+    graded: frozenset[str] | None = None  # the modules the kit grades from it (None: every part module)
 
 
 def _pick(candidates: dict[str, list[str]], notes: list[str]) -> dict[str, str]:
@@ -114,6 +116,28 @@ def read_submission(path: Path) -> Submission:
     return sub
 
 
+# A mixed module: in a kit of some parts its kept parts' tasks are stubs and the rest is given (subset.py), so
+# the student's copy is always graded, like the full kit's.
+ALWAYS_GRADED = frozenset({"accounting"})
+
+
+def graded_modules(kit_parts: list[str]) -> frozenset[str]:
+    """The part modules a kit grades from the submission: those its (whole, unselected) rubric names, and the
+    mixed ``accounting``. Every other module is given code (or a part the kit lacks): the staff's copy."""
+    return frozenset(kit_parts) | ALWAYS_GRADED
+
+
+def keep_graded(sub: Submission, graded: frozenset[str]) -> Submission:
+    """Drop the submission's copies of modules the kit gives (a student who edits given code is graded on the
+    staff's copy), saying so in the output."""
+    kept = {m: data for m, data in sub.modules.items() if m in graded}
+    notes = list(sub.notes)
+    for module in sorted(set(sub.modules) - set(kept)):
+        notes.append(f"{module}.py is given code in this kit (it grades {', '.join(sorted(graded))}): "
+                     "the staff's copy is used and the submission's copy is ignored")  # fmt: skip
+    return Submission(kept, notes, graded)
+
+
 @dataclass
 class StaffFiles:
     """The staff files a sandbox needs, held in memory: what a submission does on disk cannot alter them."""
@@ -154,7 +178,7 @@ def build_sandbox(dest: Path, staff: StaffFiles, sub: Submission) -> list[str]:
         if rel.startswith("cs336_systems/") and module in PART_MODULES:
             if module in sub.modules:
                 data = sub.modules[module]
-            else:
+            elif sub.graded is None or module in sub.graded:
                 notes.append(f"{module}.py is not in the submission: its tests run against the unchanged stub")
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
