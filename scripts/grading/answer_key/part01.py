@@ -152,10 +152,11 @@ all-reduce {nbytes(AR)}; `accounting.moe_all_to_all_bytes(T, H, 1, N)` is four o
                 "Deadlock",
                 0.5,
                 """A blocking `send` may not return until the matching receive is posted (NCCL always: send and
-receive are a rendezvous, and both are launched on the rank's stream in program order; gloo only for messages
-too big for its eager buffers). If every rank first sends to next, each waits for a receive its neighbour will
-only post after its own send returns: a cycle of waits, so nobody progresses. gloo often completes a small
-send into a buffer without the receiver, so the same code "works" for small tensors and hangs for large ones.
+receive are a rendezvous, and both are launched on the rank's stream in program order; gloo on torch 2.13
+too: its send waits for the peer's receive, measured with two ranks and a 4-element tensor). If every rank
+first sends to next, each waits for a receive its neighbour will only post after its own send returns: a cycle
+of waits, so nobody progresses, whatever the message size. (Older gloo versions completed some small sends
+eagerly, so code that "worked" on small tensors is folklore, not a guarantee.)
 `batch_isend_irecv` posts the send and the receive together (on NCCL inside one group call: ncclGroupStart/End),
 so every rank's receive is already posted when the neighbour's send arrives; there is no order between them to
 deadlock on.""",
@@ -163,11 +164,15 @@ deadlock on.""",
                     (0.25, "cycle of ranks each blocked in send waiting for a receive that is posted after it"),
                     (
                         0.25,
-                        "why gloo sometimes works (buffered/eager small sends) and batching posts both ops "
-                        "at once (group call)",
+                        "batching posts the send and the receive at once (one group call), so no rank's "
+                        "receive waits behind its own send",
                     ),
                 ),  # fmt: skip
-                wrong=("'NCCL is asynchronous so it deadlocks': backwards, no credit for that half.",),
+                wrong=(
+                    "'NCCL is asynchronous so it deadlocks': backwards, no credit for the first 0.25.",
+                    "'gloo buffers small sends, so it works for small tensors': false on torch 2.13 (two gloo ranks "
+                    "that both send first hang at 4 elements); no credit for a claim the student could have run.",
+                ),
             ),
             Problem(
                 "6",

@@ -9,6 +9,18 @@ GRADS = 8.7e6 * 4  # DeepMLP(4, 512, 2048): 8.7M float32 gradients
 RING2 = acc.ring_all_reduce_bytes_per_rank(GRADS, 2)
 RING8 = acc.ring_all_reduce_bytes_per_rank(GRADS, 8)
 
+
+def _best_bucket_growth(n_from: int, n_to: int) -> tuple[float, float, float]:
+    """Problem 4: (latency growth, bandwidth growth, best-bucket growth) of a ring all-reduce from n_from to n_to
+    ranks. b* = sqrt(P alpha' / beta') with alpha' = 2(N - 1) alpha and beta' = 2(N - 1)/N beta."""
+    lat = (2 * (n_to - 1)) / (2 * (n_from - 1))
+    bw = (2 * (n_to - 1) / n_to) / (2 * (n_from - 1) / n_from)
+    return lat, bw, (lat / bw) ** 0.5
+
+
+LAT_8, BW_8, BEST_8 = _best_bucket_growth(2, 8)
+assert abs(BW_8 - RING8 / RING2) < 1e-9  # the bandwidth factor is the ring's bytes per rank, as accounting says
+
 SECTIONS = (
     Section(
         part=2,
@@ -91,16 +103,19 @@ cores, so overlap hides much less than on a GPU (where NCCL runs on its own stre
 launches, and the last bucket's unhidden transfer), minimised at b* ≈ √(P·α'/β'). Faster network (smaller β):
 the tail is cheaper, so **larger** buckets (and less to tune: communication hides anyway). Higher per-call
 latency α: **larger** buckets (fewer calls). 8 ranks instead of 2: a ring all-reduce's latency term grows as
-2(N − 1)α while its bytes per rank barely change (2(N − 1)/N·M: {nbytes(RING2)} at N = 2 vs {nbytes(RING8)} at
-N = 8 for these grads), so α' grows ~7× relative to β': **larger** buckets, ≈ √7 ≈ 2.6× by the model.""",
+2(N − 1)α ({LAT_8:g}× from N = 2 to 8) while its bytes per rank grow only {BW_8:g}× (2(N − 1)/N·M:
+{nbytes(RING2)} at N = 2 vs {nbytes(RING8)} at N = 8 for these grads), so α'/β' grows {LAT_8 / BW_8:g}×:
+**larger** buckets, ≈ √{LAT_8 / BW_8:g} = **{BEST_8:.1f}×** by the model.""",
                 rubric=(
                     (0.25, "smaller β: larger buckets (or 'matters less'), with a reason"),
                     (0.25, "larger α: larger buckets"),
-                    (0.5, "8 ranks: latency term grows with N, bytes per rank ~constant: larger buckets"),
+                    (0.25, "8 ranks: latency term grows 7×, bytes per rank only 1.75×: larger buckets"),
+                    (0.25, f"by about {BEST_8:.0f}× (√{LAT_8 / BW_8:g}; accept 1.5-2.5×)"),
                 ),
                 wrong=(
                     "'More ranks: smaller buckets because each rank sends less': each rank sends about as much "
-                    "(2(N − 1)/N·M). 0 of 0.5.",
+                    "(2(N − 1)/N·M). 0 of both 8-rank lines.",
+                    "√7 ≈ 2.6× (the latency growth without the 1.75× bandwidth growth): the first 8-rank line only.",
                 ),
             ),
         ),

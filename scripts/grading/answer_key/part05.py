@@ -16,7 +16,16 @@ ZB = acc.schedule_bubble_fraction("zb-h1", P, M)
 PEAK_1F1B = [acc.schedule_peak_activations("1f1b", P, M, s) for s in range(P)]
 PEAK_ZB = [acc.schedule_peak_activations("zb-h1", P, M, s) for s in range(P)]
 
-M16 = next(m for m in range(1, 10_000) if acc.pipeline_bubble_fraction(16, m) < 0.1)
+
+def min_microbatches(p: int, bubble_below: float) -> int:
+    """Problem 5: the smallest m with (p − 1)/(m + p − 1) < ``bubble_below``."""
+    return next(m for m in range(1, 100_000) if acc.pipeline_bubble_fraction(p, m) < bubble_below)
+
+
+P16, BUBBLE_MAX = 16, 0.1  # problem 5's inputs
+M_FOR_P16 = min_microbatches(P16, BUBBLE_MAX)
+GPIPE_OVER_1F1B_P16 = M_FOR_P16 / min(P16, M_FOR_P16)  # stage 0 holds m (GPipe) vs min(p, m) (1F1B)
+BUBBLE_AT_M_EQ_P = acc.pipeline_bubble_fraction(P16, P16)  # the common wrong answer m = p
 
 # 8. Choosing v: p = 8, m = 16, forward 40 ms (backward 2x), 1 ms per message exchange, 2 v m exchanges per stage.
 P8, M8, FWD, MSG = 8, 16, 40.0, 1.0
@@ -62,22 +71,22 @@ ZBV_CHEAP_W = acc.zbv_bubble_fraction(P4, M_V, 1.0, 1.0, 0.25)
 
 # 12. p = 4, m = 16; a chunk's forward computes 1 and communicates 1 (F = 2), its input-gradient half likewise
 # (2), its weight gradient computes 1 (W = 1, whole B = 3); an overlapped pair F&B = 3 (without overlap 5).
-M16, F12, B12, W12 = 16, 2.0, 3.0, 1.0
+M12, F12, B12, W12 = 16, 2.0, 3.0, 1.0
 
 
 def _dualpipev(fb: float) -> tuple[float, float, float]:
     """(bubble, idle, step) of DualPipeV's rank p - 1 with F&B = fb."""
     idle = (P4 - 1) * (fb + B12 - 3 * W12)
-    busy = (2 * M16 - 2 * P4 - 1) * fb + (2 * P4 + 1) * (F12 + B12)
-    bubble = acc.dualpipev_bubble_fraction(P4, M16, F12, B12, W12, overlapped_time=fb)
+    busy = (2 * M12 - 2 * P4 - 1) * fb + (2 * P4 + 1) * (F12 + B12)
+    bubble = acc.dualpipev_bubble_fraction(P4, M12, F12, B12, W12, overlapped_time=fb)
     assert abs(bubble - idle / (busy + idle)) < 1e-12  # the handout's formula, as the function computes it
     return bubble, idle, busy + idle
 
 
 DPV_OVERLAP, DPV_PLAIN = _dualpipev(3.0), _dualpipev(F12 + B12)
-ZBV_BUBBLE = acc.zbv_bubble_fraction(P4, M16, F12, B12 - W12, W12)
+ZBV_BUBBLE = acc.zbv_bubble_fraction(P4, M12, F12, B12 - W12, W12)
 ZBV_IDLE = (P4 - 1) * max(B12 - W12, 2 * (B12 - W12 - W12))
-ZBV_STEP = 2 * M16 * (F12 + B12) + ZBV_IDLE
+ZBV_STEP = 2 * M12 * (F12 + B12) + ZBV_IDLE
 
 SECTIONS = (
     Section(
@@ -136,10 +145,15 @@ units do not. In the chart: thin gaps before each F or B of a stage that had to 
                 "5",
                 "16 stages",
                 0.5,
-                f"""(p − 1)/(m + p − 1) < 0.1 with p = 16: m + 15 > 150, **m = {M16}**. GPipe then holds all
-{M16} microbatches' activations on every stage (memory ∝ m, {M16 / 16:.1f}× 1F1B's stage 0); 1F1B holds at most
-p = 16 on stage 0 (and p − s on stage s), independent of m.""",
-                rubric=_half(f"m = {M16}; GPipe ∝ m ({M16}), 1F1B ≤ p = 16"),
+                f"""(p − 1)/(m + p − 1) < {BUBBLE_MAX} with p = {P16}: m + {P16 - 1} > {(P16 - 1) / BUBBLE_MAX:g},
+**m = {M_FOR_P16}**. GPipe then holds all {M_FOR_P16} microbatches' activations on every stage (memory ∝ m,
+**{GPIPE_OVER_1F1B_P16:.1f}×** 1F1B's stage 0); 1F1B holds at most p = {P16} on stage 0 (and p − s on stage s),
+independent of m.""",
+                rubric=(
+                    (0.25, f"m = {M_FOR_P16} (m = {M_FOR_P16 - 1} gives exactly 10%: accept either with the reason)"),
+                    (0.25, f"GPipe holds m = {M_FOR_P16}, 1F1B ≤ p = {P16}: {GPIPE_OVER_1F1B_P16:.1f}×"),
+                ),
+                wrong=(f"m = {P16} (the bubble is then {BUBBLE_AT_M_EQ_P:.0%}): 0 of the first 0.25.",),
             ),
             Problem(
                 "6",
@@ -180,12 +194,16 @@ above its formula.""",
                     f"v = {v}: bubble {b:.3f}, step {num(t)} ms, stage 0 peak {pk:.2f} stages' worth"
                     for v, b, t, pk in V_ROWS
                 )  # fmt: skip
-                + f". Pick **v = {BEST_V}**: beyond it the messages cost more than the bubble saves. v raises stage "
-                "0's peak activations (in units of a stage's microbatch activations) above 1F1B's p: more "
-                "microbatches are in flight during the longer warm-up.",
-                rubric=_half(
-                    f"the four step times (any consistent B assumption), v = {BEST_V} (or 4-8 with the "
-                    "model), peak activations grow with v"
+                + f". Pick **v = {BEST_V}**: beyond it the messages cost more than the bubble saves. Every v > 1 "
+                "raises stage 0's peak activations (in units of a stage's microbatch activations) above 1F1B's "
+                f"p = {num(V_ROWS[0][3])}: more microbatches are in flight during the longer warm-up; the rise is "
+                f"largest at v = 2 ({num(V_ROWS[1][3])}) and shrinks toward p as v grows (a chunk is 1/v of a stage).",
+                rubric=(
+                    (0.25, f"the four step times (± 5%, any consistent B) and v = {BEST_V} (4-8 with the model)"),
+                    (
+                        0.25,
+                        f"peaks {', '.join(num(r[3]) for r in V_ROWS)}: above p for every v > 1, largest at v = 2",
+                    ),
                 ),  # fmt: skip
             ),
             Problem(

@@ -24,6 +24,22 @@ PROBS = N * (S // N) ** 2 * A * 2  # every step's s/N x s/N probabilities, all h
 FULL_KV = 2 * S * G * HD * 2
 BLOCK_KV = FULL_KV / N
 
+
+def causal_half_tiles(rank: int, n: int, zigzag: bool) -> float:
+    """Problem 2: causal attention work of CP rank ``rank`` of ``n``, in half-tiles ((s/2N)² query-key pairs).
+
+    Rank r holds half-chunks 2r, 2r + 1 (contiguous) or r, 2N − 1 − r (zigzag); half-chunk j attends fully to the
+    j half-chunks before it and to half of its own diagonal tile: j + ½ half-tiles."""
+    held = (rank, 2 * n - 1 - rank) if zigzag else (2 * rank, 2 * rank + 1)
+    return sum(j + 0.5 for j in held)
+
+
+ZZ_N = 4  # the example: N = 4 ranks
+CONTIG_TILES = [causal_half_tiles(r, ZZ_N, zigzag=False) for r in range(ZZ_N)]
+ZIGZAG_TILES = [causal_half_tiles(r, ZZ_N, zigzag=True) for r in range(ZZ_N)]
+FULL_TILES = 2 * 2 * ZZ_N  # non-causal: 2 half-chunks of queries x 2N half-chunks of keys
+assert CONTIG_TILES == [4 * r + 2 for r in range(ZZ_N)] and set(ZIGZAG_TILES) == {2 * ZZ_N}
+
 SECTIONS = (
     Section(
         part=9,
@@ -51,12 +67,15 @@ splits the 128k sequence (attention's s² compute and the activations) with traf
                 "2",
                 "Why zigzag",
                 1,
-                """Cut the sequence into 2N half-chunks; a causal (query, key) tile of half-chunks is full below the
-diagonal, half on it. Contiguous: rank r holds half-chunks 2r and 2r + 1, which attend to 2r + ½ and 2r + 1 + ½
-tiles: 4r + 2 half-tiles = (2r + 1) chunk-sized units ∝ 2r + 1 (rank 0: 1, rank N − 1: 2N − 1). Zigzag: rank r
-holds half-chunks r and 2N − 1 − r: (r + ½) + (2N − 1 − r + ½) = 2N half-tiles for every rank. Each ring step
-waits for its slowest rank: contiguous ≈ (2N − 1)/(2N) of full non-causal attention (no gain from causality),
-zigzag ½ of it (the causal saving, balanced).""",
+                f"""Cut the sequence into 2N half-chunks; a causal (query, key) tile of half-chunks is full below the
+diagonal, half on it. A half-tile is (s/2N)² query-key pairs; a chunk-sized tile (s/N)² is 4 half-tiles.
+Contiguous: rank r holds half-chunks 2r and 2r + 1, which attend to 2r + ½ and 2r + 1 + ½ half-tiles: 4r + 2
+half-tiles = (2r + 1)/2 chunk-sized tiles, ∝ 2r + 1 (rank 0: 1, rank N − 1: 2N − 1). Zigzag: rank r holds
+half-chunks r and 2N − 1 − r: (r + ½) + (2N − 1 − r + ½) = 2N half-tiles (N/2 chunk-sized tiles) for every
+rank. N = {ZZ_N}: contiguous {[num(t) for t in CONTIG_TILES]} half-tiles, zigzag {[num(t) for t in ZIGZAG_TILES]},
+non-causal {FULL_TILES}. Each ring step waits for its slowest rank: contiguous (4N − 2)/(4N) = (2N − 1)/(2N) of
+full non-causal attention ({max(CONTIG_TILES) / FULL_TILES:.3f} at N = {ZZ_N}: no gain from causality), zigzag
+2N/(4N) = ½ of it (the causal saving, balanced).""",
                 expect=(
                     "Reference benchmark (2-core VM): imbalance column ≈ 2N − 1 : 1 (max/min work) for "
                     "contiguous, 1.0 for zigzag; zigzag's causal time ≈ 0.5-0.7× of contiguous at N = 4.",
@@ -64,8 +83,10 @@ zigzag ½ of it (the causal saving, balanced).""",
                     "applied to whole tiles), or imbalance ≠ 1 under zigzag (wrong chunk pairing).",
                 ),
                 rubric=(
-                    (0.5, "2r + 1 vs 2N per rank, derived"),
-                    (0.5, "step time ≈ full attention for contiguous, ≈ ½ for zigzag; their benchmark numbers"),
+                    (0.25, "contiguous: rank r's work ∝ 2r + 1 (4r + 2 half-tiles), derived"),
+                    (0.25, "zigzag: 2N half-tiles on every rank, derived"),
+                    (0.25, "step time ≈ (2N − 1)/(2N) of full attention for contiguous, ½ for zigzag"),
+                    (0.25, "their benchmark's imbalance or times quoted and matching"),
                 ),
             ),
             Problem(
