@@ -29,6 +29,7 @@ from tests.oracles.fault_tolerance import (
     check_survivors_noticed,
     describe,
     detector_rank,
+    global_batch_for,
     live_recovery_rank,
     plan_restart_rank,
     supervise_rank,
@@ -108,10 +109,10 @@ def test_restart_plan_takes_the_newest_committed_step_at_the_largest_dividing_wo
 def test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commit(world_size):
     """DDP, one rank SIGKILLed at a random step: every survivor reports it (rank, step, the gradient all-reduce)
     at once, a spare takes its place, the job resumes from the last commit and ends as an uninterrupted run."""
-    step = _kill_step(world_size, 1)
+    step, rows = _kill_step(world_size, 1), global_batch_for(world_size)
     fault = {"rank": world_size - 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "ddp"}, spares=1, fault=fault,
-                           deadline=DEADLINE_S)  # fmt: skip
+    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "ddp", "global_batch": rows}, spares=1,
+                           fault=fault, deadline=DEADLINE_S)  # fmt: skip
     check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"the gradient all-reduce of step {step}",
                             expect_how="exited")  # fmt: skip
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
@@ -119,7 +120,7 @@ def test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commi
         f"(world size, start step) per attempt: {attempts}, expected the spare to restart at world {world_size} "
         f"from step {_committed_before(step)}, the last committed before the kill at step {step}\n{describe(summary)}"
     )
-    check_final_parameters(summary, uninterrupted())
+    check_final_parameters(summary, uninterrupted(global_batch=rows))
 
 
 @pytest.mark.task10_5
@@ -129,18 +130,18 @@ def test_without_a_spare_fsdp_restarts_smaller_through_resharding(world_size):
     uninterrupted run."""
     if world_size < 2:
         pytest.skip("a smaller world needs a survivor: world size 2 or more")
-    step = _kill_step(world_size, 2)
+    step, rows = _kill_step(world_size, 2), global_batch_for(world_size)
     fault = {"rank": 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "fsdp"}, spares=0, fault=fault,
-                           deadline=DEADLINE_S)  # fmt: skip
+    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "fsdp", "global_batch": rows}, spares=0,
+                           fault=fault, deadline=DEADLINE_S)  # fmt: skip
     check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"step {step} (FSDP)", expect_how="exited")
-    smaller = max(w for w in range(1, world_size) if CONFIG["global_batch"] % w == 0)
+    smaller = max(w for w in range(1, world_size) if rows % w == 0)
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
     assert attempts == [(world_size, 0), (smaller, _committed_before(step))], (
         f"(world size, start step) per attempt: {attempts}, expected a restart at world {smaller} from step "
         f"{_committed_before(step)}\n{describe(summary)}"
     )
-    check_final_parameters(summary, uninterrupted())
+    check_final_parameters(summary, uninterrupted(global_batch=rows))
 
 
 @pytest.mark.task10_5

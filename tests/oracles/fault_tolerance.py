@@ -12,6 +12,7 @@ without importing it.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +21,14 @@ import torch
 from torch import nn
 
 CONFIG = {"steps": 6, "global_batch": 12, "checkpoint_every": 2, "dims": (5, 7, 3), "seed": 0}
+
+
+def global_batch_for(world_size: int) -> int:
+    """The smallest multiple of 12 that ``world_size`` divides (12 at world sizes 1, 2, 3, 4, 6; 24 at 8;
+    60 at 5; 84 at 7): every rank takes the same number of rows, at every world size the harness accepts."""
+    return math.lcm(CONFIG["global_batch"], world_size)
+
+
 TIMEOUT_S = 1.0  # the detector's heartbeat timeout in these tests (TrainConfig.heartbeat_timeout)
 SLACK_S = 2.0  # what a loaded 2-core machine may add to a detection on top of the timeout
 
@@ -120,6 +129,9 @@ def check_survivors_noticed(summary: dict, fault: dict, *, expect_step: int, exp
     assert "raised" not in summary, describe(summary)
     first = summary["attempts"][0]
     dead = fault["rank"]
+    assert dead < len(first["outcomes"]), (
+        f"the fault names rank {dead}, but the first attempt ran {len(first['outcomes'])} ranks\n{describe(summary)}"
+    )
     killed = first["outcomes"][dead]
     assert killed["fault_at"] is not None, f"rank {dead} never reached step {fault['step']}\n{describe(summary)}"
     for o in first["outcomes"]:
@@ -296,8 +308,10 @@ def live_recovery_rank(ctx, replaced: int, steps_before: int, steps_after: int, 
         model = oracle_model(seed=seed).to(ctx.device)
         return model, torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.01)
 
+    rows_total = global_batch_for(n)  # every replica takes the same number of rows: an even split
+
     def train(step: int) -> None:
-        x, y = (t.to(ctx.device) for t in oracle_batch(step))
+        x, y = (t.to(ctx.device) for t in oracle_batch(step, rows_total))
         rows = slice(me * x.shape[0] // n, (me + 1) * x.shape[0] // n)
         nn.functional.mse_loss(model(x[rows]), y[rows]).backward()
         ddp.all_reduce_gradients_flat(model, group=group)
@@ -322,7 +336,8 @@ def live_recovery_rank(ctx, replaced: int, steps_before: int, steps_after: int, 
             "params": {k: v.detach().clone() for k, v in model.state_dict().items()}}  # fmt: skip
 
 
-def check_live_recovery(outs: list, *, replaced: int, healthy: int, steps_before: int, steps_after: int) -> None:
+def check_live_recovery(outs: list, *, replaced: int, healthy: int, steps_before: int, steps_after: int,
+                        replicas: int | None = None) -> None:  # fmt: skip
     """Judge ``live_recovery_rank``'s results: ``healthy`` only sends to ``replaced`` (an int64 length, a uint8
     header, then exactly the state's tensors), ``replaced`` only receives from it, nobody else communicates or
     changes, every rank is at ``steps_before`` after recovery and ends as an uninterrupted run."""
@@ -359,7 +374,7 @@ def check_live_recovery(outs: list, *, replaced: int, healthy: int, steps_before
         if rank != replaced:
             for name, before in out["before"].items():
                 assert torch.equal(out["after"][name], before), f"rank {rank} (healthy) had {name} changed by recovery"
-    expected = uninterrupted(steps=steps_before + steps_after)
+    expected = uninterrupted(steps=steps_before + steps_after, global_batch=global_batch_for(replicas or len(outs)))
     for rank, out in enumerate(outs):
         for name, want in expected.items():
             assert_close(
