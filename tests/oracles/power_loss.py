@@ -1,0 +1,318 @@
+"""A simulated power loss: record what a save does to the filesystem, then rebuild what a disk would hold
+had the power gone out after any of those operations (staff and public tests of Part 10, §10.1).
+
+    from tests.oracles.power_loss import FsRecorder, snapshot, crash_states, materialize
+
+Storage engines test crash consistency this way (ALICE, CrashMonkey, SQLite's crash tests): run the
+code once, log every operation that changes the filesystem, and replay every prefix of the log with
+what was not yet durable thrown away. Here:
+
+    rank side    ``FsRecorder(root)``: while active, every ``open`` for writing, ``os.open`` with O_CREAT,
+                 ``os.fsync``/``os.fdatasync``, ``os.replace``/``os.rename``, ``os.mkdir`` (Path.mkdir,
+                 os.makedirs), ``os.unlink``/``os.remove``/``os.rmdir`` (shutil.rmtree) and ``write``
+                 under ``root`` is logged with a system-wide monotonic clock, so the logs of all ranks
+                 (processes on one machine) merge into one order. An fsync logs the file's bytes as they
+                 are at that moment in the kernel (read back through /proc/self/fd): what the fsync made
+                 durable, whatever Python still buffers.
+    parent side  ``snapshot(root)`` before the save, ``merge`` of the ranks' logs, ``crash_states``: the
+                 distinct states a power loss can leave, ``materialize`` one into a folder.
+
+The durability rule (handouts/10-failures.md §10.1, "What a power loss keeps"):
+  * a file's data is durable only once the file is fsync-ed: at a crash a file holds the bytes it had at
+    its last fsync (nothing if it was never fsync-ed; truncating it, ``open(.., "wb")``, is durable at
+    once), whatever was written since is lost;
+  * names are durable as soon as the call returns, in order: creating, renaming and removing a file or a
+    folder (what a journaling filesystem such as ext4 or XFS gives; the handout does not ask for a
+    directory fsync, so the tests do not require one, and a directory fsync changes nothing here).
+A crash after a ``write`` leaves the same disk as before it, so only fsyncs and name changes give new states.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.oracles.checkpoint import _Patches
+
+# -- rank side --------------------------------------------------------------------------------------------
+
+
+class FsRecorder:
+    """Log every filesystem change under ``root`` made by this process (all threads) while active.
+
+    ``log``: a list of plain tuples ``(time_ns, rank, op, *args)`` with paths relative to ``root``:
+        ("open", path, inode, truncated)   a file opened for writing (created, or truncated when truncated)
+        ("write", inode, nbytes)           bytes handed to a file object (not durable by themselves)
+        ("fsync", inode, data)             the file's whole content at the fsync, now durable
+        ("fsync_dir", path)                a folder fsync-ed (no effect under the rule above)
+        ("rename", src, dst)               os.replace / os.rename (a file or a folder)
+        ("mkdir", path) ("unlink", path) ("rmdir", path)
+    Paths outside ``root`` are not logged (the harness's own files, the store)."""
+
+    def __init__(self, root, rank: int) -> None:
+        self.root, self.rank = os.path.realpath(root), rank
+        self.log: list[tuple] = []
+        self._lock = threading.Lock()
+        self._patches = _Patches()
+
+    def _rel(self, path, dir_fd=None) -> str | None:
+        """``path`` relative to root, or None when it lies outside (or is not a path)."""
+        try:
+            path = os.fsdecode(os.fspath(path))
+        except TypeError:
+            return None
+        if dir_fd is not None and not os.path.isabs(path):
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        full = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+        if full != self.root and not full.startswith(self.root + os.sep):
+            return None
+        return os.path.relpath(full, self.root)
+
+    def _add(self, op: str, *args) -> None:
+        with self._lock:
+            self.log.append((time.monotonic_ns(), self.rank, op, *args))
+
+    def __enter__(self):
+        rec = self
+        real = {name: getattr(os, name) for name in ("open", "fsync", "fdatasync", "replace", "rename", "mkdir",
+                                                      "unlink", "remove", "rmdir")}  # fmt: skip
+        real_open = builtins.open
+
+        class File:
+            """A file object opened for writing under root: its writes are logged (by size)."""
+
+            def __init__(self, f, ino: int) -> None:
+                self._f, self._ino = f, ino
+
+            def write(self, data):
+                n = self._f.write(data)
+                rec._add("write", self._ino, int(n) if n is not None else len(memoryview(data).cast("B")))
+                return n
+
+            def writelines(self, lines):
+                for line in lines:
+                    self.write(line)
+
+            def __getattr__(self, name):
+                return getattr(self._f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return self._f.__exit__(*exc)
+
+            def __iter__(self):
+                return iter(self._f)
+
+        def patched_open(file, mode="r", *args, **kwargs):
+            rel = None if isinstance(file, int) or not any(c in mode for c in "wax+") else rec._rel(file)
+            if rel is None:
+                return real_open(file, mode, *args, **kwargs)
+            f = real_open(file, mode, *args, **kwargs)
+            rec._add("open", rel, os.fstat(f.fileno()).st_ino, "w" in mode)
+            return File(f, os.fstat(f.fileno()).st_ino)
+
+        def os_open(path, flags, mode=0o777, *, dir_fd=None):
+            fd = real["open"](path, flags, mode, dir_fd=dir_fd)
+            if flags & os.O_CREAT or flags & (os.O_WRONLY | os.O_RDWR):
+                rel = rec._rel(path, dir_fd)
+                if rel is not None and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                    rec._add("open", rel, os.fstat(fd).st_ino, bool(flags & os.O_TRUNC))
+            return fd
+
+        def sync(which):
+            def call(fd):
+                real[which](fd)
+                st = os.fstat(fd)
+                rel = rec._rel(os.readlink(f"/proc/self/fd/{fd}"))
+                if rel is None:
+                    return
+                if stat.S_ISDIR(st.st_mode):
+                    rec._add("fsync_dir", rel)
+                else:  # what the kernel holds now: what this fsync made durable
+                    with real_open(f"/proc/self/fd/{fd}", "rb") as f:
+                        rec._add("fsync", st.st_ino, f.read())
+
+            return call
+
+        def move(which):
+            def call(src, dst, *args, **kwargs):
+                s, d = rec._rel(src, kwargs.get("src_dir_fd")), rec._rel(dst, kwargs.get("dst_dir_fd"))
+                real[which](src, dst, *args, **kwargs)
+                if d is not None:
+                    rec._add("rename", s, d)
+
+            return call
+
+        def name_op(which, op):
+            def call(path, *args, **kwargs):
+                rel = rec._rel(path, kwargs.get("dir_fd"))
+                real[which](path, *args, **kwargs)
+                if rel is not None:
+                    rec._add(op, rel)
+
+            return call
+
+        self._patches.set(builtins, "open", patched_open)
+        self._patches.set(io, "open", patched_open)
+        self._patches.set(os, "open", os_open)
+        self._patches.set(os, "fsync", sync("fsync"))
+        self._patches.set(os, "fdatasync", sync("fdatasync"))
+        self._patches.set(os, "replace", move("replace"))
+        self._patches.set(os, "rename", move("rename"))
+        self._patches.set(os, "mkdir", name_op("mkdir", "mkdir"))
+        self._patches.set(os, "unlink", name_op("unlink", "unlink"))
+        self._patches.set(os, "remove", name_op("remove", "unlink"))
+        self._patches.set(os, "rmdir", name_op("rmdir", "rmdir"))
+        return self
+
+    def __exit__(self, *exc):
+        self._patches.undo()
+        return False
+
+
+# -- parent side ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Disk:
+    """What a disk holds: folders, and per file name its inode; per inode its durable bytes."""
+
+    dirs: set = field(default_factory=set)
+    names: dict = field(default_factory=dict)  # path -> inode
+    durable: dict = field(default_factory=dict)  # inode -> bytes
+
+    def files(self) -> dict[str, bytes]:
+        return {p: self.durable.get(i, b"") for p, i in self.names.items()}
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.dirs)), tuple(sorted(self.files().items()))
+
+    def apply(self, op: tuple) -> bool:
+        """Apply one logged operation; True when what survives a crash changed."""
+        kind, args = op[2], op[3:]
+        if kind == "open":
+            path, ino, truncated = args
+            before = (self.names.get(path), self.durable.get(ino))
+            self.names[path] = ino
+            if truncated or ino not in self.durable:
+                self.durable[ino] = b""
+            return before != (ino, self.durable[ino])
+        if kind == "fsync":
+            ino, data = args
+            changed = self.durable.get(ino) != data
+            self.durable[ino] = data
+            return changed
+        if kind == "rename":
+            src, dst = args
+            if src is None:  # moved in from outside root: unknown content, not durable
+                self.names[dst] = ("outside", dst)
+                return True
+            if src in self.dirs:
+                moved = {p for p in self.dirs if p == src or p.startswith(src + os.sep)}
+                self.dirs = (self.dirs - moved) | {dst + p[len(src) :] for p in moved}
+                for p in [p for p in self.names if p.startswith(src + os.sep)]:
+                    self.names[dst + p[len(src) :]] = self.names.pop(p)
+                return True
+            if src in self.names:
+                self.names[dst] = self.names.pop(src)
+            return True
+        if kind == "mkdir":
+            self.dirs.add(args[0])
+            return True
+        if kind == "unlink":
+            return self.names.pop(args[0], None) is not None
+        if kind == "rmdir":
+            self.dirs.discard(args[0])
+            return True
+        return False  # write, fsync_dir: nothing more survives
+
+
+def snapshot(root) -> Disk:
+    """The disk under ``root`` as it is now (taken before the save: all of it durable)."""
+    disk, root = Disk(), Path(root)
+    if not root.exists():
+        return disk
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.is_dir():
+            disk.dirs.add(rel)
+        elif path.is_file():
+            ino = path.stat().st_ino
+            disk.names[rel], disk.durable[ino] = ino, path.read_bytes()
+    return disk
+
+
+def merge(logs: list[list[tuple]]) -> list[tuple]:
+    """Every rank's log in one order (the clock is the machine's, shared by all ranks)."""
+    return sorted((op for log in logs for op in log), key=lambda op: (op[0], op[1]))
+
+
+@dataclass
+class CrashState:
+    """What survives a power loss after ``ops_done`` operations of the merged log (``after``: the last one)."""
+
+    ops_done: int
+    after: tuple | None
+    disk: Disk
+
+
+def describe(op: tuple | None) -> str:
+    if op is None:
+        return "before the save's first operation"
+    kind, args = op[2], op[3:]
+    if kind == "open":
+        what = f"open({args[0]!r}) for writing"
+    elif kind == "fsync":
+        what = f"fsync of a file ({len(args[1])} bytes durable)"
+    elif kind == "rename":
+        what = f"rename {args[0]!r} -> {args[1]!r}"
+    else:
+        what = f"{kind} {args[0]!r}"
+    return f"just after rank {op[1]}'s {what}"
+
+
+def crash_states(before: Disk, log: list[tuple]) -> list[CrashState]:
+    """The distinct disks a power loss during the logged operations can leave, in log order (the first:
+    before any operation; the last: after all of them)."""
+    disk = Disk(set(before.dirs), dict(before.names), dict(before.durable))
+    states = [CrashState(0, None, _copy(disk))]
+    seen = {disk.key()}
+    for i, op in enumerate(log):
+        if disk.apply(op):
+            key = disk.key()
+            if key not in seen:
+                seen.add(key)
+                states.append(CrashState(i + 1, op, _copy(disk)))
+    return states
+
+
+def final_disk(before: Disk, log: list[tuple]) -> Disk:
+    """The disk after every logged operation, with everything durable that was fsync-ed."""
+    disk = Disk(set(before.dirs), dict(before.names), dict(before.durable))
+    for op in log:
+        disk.apply(op)
+    return disk
+
+
+def _copy(disk: Disk) -> Disk:
+    return Disk(set(disk.dirs), dict(disk.names), dict(disk.durable))
+
+
+def materialize(disk: Disk, folder) -> Path:
+    """Write ``disk`` out under ``folder`` (a new folder): what a restarted job would find."""
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    for d in sorted(disk.dirs):
+        (folder / d).mkdir(parents=True, exist_ok=True)
+    for path, data in disk.files().items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_bytes(data)
+    return folder
