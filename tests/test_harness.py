@@ -280,6 +280,33 @@ def test_every_run_starts_from_the_same_per_rank_random_state(world_size):
     assert not torch.equal(first[0], first[1]), "ranks 0 and 1 drew the same numbers"
 
 
+def devices_rank(ctx, tensors):
+    return {"ctx": str(ctx.device), "args": [str(t.device) for t in tensors]}
+
+
+def test_the_parents_tensors_arrive_on_the_ranks_device(world_size):
+    """A tensor the test passes to ``run_ranks`` is on ``ctx.device`` in the rank (``cuda:r`` under NCCL)."""
+    for rank, out in enumerate(run_ranks(world_size, devices_rank, [torch.ones(2), torch.zeros(1)])):
+        assert out["args"] == [out["ctx"]] * 2, f"rank {rank}: arguments on {out['args']}, the rank works on {out}"
+
+
+def test_the_parents_tensors_move_to_a_device_nested_and_named_tuples_kept_once():
+    """The worker's move (on another device than the CPU: meta here) reaches tensors in dicts, lists and tuples,
+    keeps a named tuple's type, ``requires_grad`` and the sharing of one tensor passed twice."""
+    from collections import namedtuple
+
+    from tests.harness.worker import to_device
+
+    pair = namedtuple("pair", "x y")
+    shared = torch.ones(3, requires_grad=True)
+    moved = to_device({"a": [shared, (shared, 1)], "b": pair(torch.zeros(1), "s")}, torch.device("meta"))
+    assert moved["a"][0].device.type == "meta" and moved["a"][0].requires_grad
+    assert moved["a"][1][0] is moved["a"][0] and moved["a"][1][1] == 1, "one tensor passed twice became two"
+    assert isinstance(moved["b"], pair) and moved["b"].x.device.type == "meta" and moved["b"].y == "s"
+    cpu = {"t": torch.ones(1)}
+    assert to_device(cpu, torch.device("cpu"))["t"] is cpu["t"], "on the CPU the tensors are not copied"
+
+
 def test_trace_spans_an_async_call_from_its_issue_to_its_wait(tmp_path):
     """A traced async call spans issue to wait, carries its group, bytes and in-backward flag, and is a
     valid Chrome trace (CS336_TRACE / --comm-trace)."""

@@ -58,6 +58,29 @@ def _to_cpu(value):
     return value
 
 
+def to_device(value, device, _moved=None):
+    """The parent's tensors in ``value`` (nested in dicts, lists and tuples, named ones included) on the rank's
+    ``device``, as ``_to_cpu`` brings results back: a test can never feed a CPU tensor to a model on ``cuda:r``
+    under NCCL. A tensor passed twice stays one tensor. On the CPU the tensors are the same objects (no copy)."""
+    import torch
+
+    moved = {} if _moved is None else _moved
+    if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value
+        if id(value) not in moved:
+            moved[id(value)] = value.detach().to(device).requires_grad_(value.requires_grad)
+        return moved[id(value)]
+    if isinstance(value, dict):
+        return {k: to_device(v, device, moved) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_device(v, device, moved) for v in value]
+    if isinstance(value, tuple):
+        items = [to_device(v, device, moved) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value
+
+
 def _truncate(fd: int) -> None:
     os.ftruncate(fd, 0)
     os.lseek(fd, 0, os.SEEK_SET)
@@ -114,7 +137,8 @@ class _Rank:
 
                 store = torch.distributed.PrefixStore(f"p2p{msg['task']}/", self.store)
                 modes.enter_context(TagBlindMatching(store, self.rank))
-            value = msg["fn"](ctx, *msg["args"], **msg["kwargs"])
+            args, kwargs = to_device((list(msg["args"]), msg["kwargs"]), device)
+            value = msg["fn"](ctx, *args, **kwargs)
         if device.type == "cuda":
             torch.cuda.synchronize()
         return reply(msg["task"], Status.OK, value=_to_cpu(value), group_kept=self.group_kept())
