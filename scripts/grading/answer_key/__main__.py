@@ -11,6 +11,7 @@ Sources: scripts/grading/answer_key/partNN.py (``SECTIONS``); how to write one: 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import re
 import sys
@@ -142,9 +143,45 @@ def render_all(rubric, keys) -> dict[str, str]:
 # -- checks ----------------------------------------------------------------------------------------------
 
 
+def _bound_names(target: ast.AST) -> list[str]:
+    """The names an assignment target binds (``a``, ``a, (b, c)``, ``*rest``)."""
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def reused_names(source: str) -> list[tuple[str, int, int]]:
+    """Module-level names a key file binds twice: (name, first line, second line).
+
+    A key's numbers are module globals read by f-strings when ``SECTIONS`` is built, *after* the whole module
+    ran: a name rebound further down (problem 12's ``M16 = 16`` after problem 5's ``M16 = 136``) silently
+    changes every earlier answer that reads it. One binding per name; per-problem helpers go in functions."""
+    first: dict[str, int] = {}
+    found = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n for t in targets for n in _bound_names(t)]
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.For, ast.With)):
+            names = _bound_names(node.target) if isinstance(node, ast.For) else []
+        else:
+            continue
+        for name in names:
+            if name in first:
+                found.append((name, first[name], node.lineno))
+            else:
+                first[name] = node.lineno
+    return found
+
+
 def problems(rubric, keys) -> list[str]:
     """Everything wrong with the key, as sentences (empty: all good)."""
     found = []
+    for part in keys:
+        path = SOURCES / f"part{part:02d}.py"
+        for name, line1, line2 in reused_names(path.read_text()) if path.exists() else []:
+            found.append(f"scripts/grading/answer_key/{path.name}:{line2}: {name} is bound again (first on "
+                         f"line {line1}); every answer reading it gets the last one")  # fmt: skip
     wanted = {(w.part, w.heading): w for w in rubric.written}
     for part, sections in keys.items():
         for s in sections:

@@ -7,8 +7,7 @@ from scripts.grading.answer_key import Problem, Section, num
 
 # 1. Zipf(1) routing over E = 64 experts; capacity = factor x the mean load; dropped = the load above capacity.
 E = 64
-ZIPF = [1 / i for i in range(1, E + 1)]
-ZIPF = [z / sum(ZIPF) for z in ZIPF]
+ZIPF = [(1 / i) / sum(1 / j for j in range(1, E + 1)) for i in range(1, E + 1)]  # shares, summing to 1
 
 
 def dropped(factor: float) -> float:
