@@ -1,0 +1,121 @@
+"""Grades made on the GPU node reach Gradescope (staff only).
+
+    pytest tests/staff/grader/test_gpu_results.py -v
+
+A batch graded on the node is packed into a bundle keyed by each submission's graded bytes
+(scripts/grading/gpu_results.py); Gradescope's run_autograder, given a zip that holds the bundle, hands out
+those results for a submission found in it and grades any other on the CPU. No rank and no test runs here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from scripts.grading import gpu_results
+from scripts.grading.sandbox import read_submission
+from tests.harness.pool import ROOT
+
+pytestmark = pytest.mark.staff
+
+METADATA = """\
+---
+submission_101:
+  :submitters:
+  - :name: Ada Lovelace
+    :sid: '1815'
+    :email: ada@example.edu
+  :created_at: 2026-11-20 23:59:01.000000000 -08:00
+  :score: 0.0
+submission_102:
+  :submitters:
+  - :name: Alan Turing
+    :sid: '1912'
+    :email: alan@example.edu
+  - :name: Grace Hopper
+    :sid: '1906'
+    :email: grace@example.edu
+  :score: 0.0
+"""
+
+
+def _results(score: float) -> dict:
+    return {"score": score, "output": "part lines", "tests": [{"name": "t", "score": score, "max_score": 10}]}
+
+
+@pytest.fixture
+def graded_batch(tmp_path):
+    """A Gradescope export of three submissions, two of them graded on the node."""
+    export, results = tmp_path / "export", tmp_path / "export-results"
+    for sid, text in (("101", "A = 1\n"), ("102", "B = 2\n"), ("103", "C = 3\n")):
+        (export / f"submission_{sid}" / "cs336_systems").mkdir(parents=True)
+        (export / f"submission_{sid}" / "cs336_systems" / "ddp.py").write_text(text)
+        (export / f"submission_{sid}" / "README.md").write_text("not graded\n")
+    (export / "submission_metadata.yml").write_text(METADATA)
+    results.mkdir()
+    (results / "submission_101.json").write_text(json.dumps(_results(7)))
+    (results / "submission_102.json").write_text(json.dumps(_results(9.5)))
+    return export, results
+
+
+def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_per_student(graded_batch, tmp_path):
+    export, results = graded_batch
+    out, table, kit = tmp_path / "gpu-results.json", tmp_path / "grades.csv", tmp_path / "autograder.zip"
+    with zipfile.ZipFile(kit, "w") as zf:
+        zf.writestr("run_autograder", "#!/bin/sh\n")
+    argv = ["pack", str(export), str(results), "--out", str(out), "--csv", str(table), "--into", str(kit)]
+    assert gpu_results.main(argv) == 0
+    bundle = json.loads(out.read_text())
+    assert len(bundle) == 2, f"two submissions were graded on the node, the bundle holds {len(bundle)}"
+    found = gpu_results.lookup(out, read_submission(export / "submission_102"))
+    assert found and found["score"] == 9.5 and "GPU node" in found["output"], found
+    assert gpu_results.lookup(out, read_submission(export / "submission_103")) is None, "an ungraded one was found"
+    rows = list(csv.DictReader(table.open()))
+    assert [(r["name"], r["sid"], r["email"], r["score"], r["max_score"]) for r in rows] == [
+        ("Ada Lovelace", "1815", "ada@example.edu", "7", "10"),
+        ("Alan Turing", "1912", "alan@example.edu", "9.5", "10"),
+        ("Grace Hopper", "1906", "grace@example.edu", "9.5", "10"),
+    ], rows
+    assert gpu_results.BUNDLE_NAME in zipfile.ZipFile(kit).namelist()
+    with pytest.raises(SystemExit, match="already holds"):
+        gpu_results.main(argv)
+
+
+def test_one_changed_graded_byte_loses_the_node_grade_a_renamed_or_extra_file_keeps_it(graded_batch, tmp_path):
+    export, results = graded_batch
+    bundle = tmp_path / "b.json"
+    gpu_results.main(["pack", str(export), str(results), "--out", str(bundle)])
+    moved = tmp_path / "renamed"
+    shutil.copytree(export / "submission_101", moved)
+    (moved / "notes.txt").write_text("extra\n")
+    assert gpu_results.lookup(bundle, read_submission(moved)) is not None
+    (moved / "cs336_systems" / "ddp.py").write_text("A = 1 \n")
+    assert gpu_results.lookup(bundle, read_submission(moved)) is None
+
+
+def test_run_autograder_hands_out_the_node_grade_without_running_anything(graded_batch, tmp_path):
+    """Gradescope's entry point, in a scratch /autograder tree whose source holds a bundle: the grade of a
+    submission found in it is the node's, exactly, in seconds (no pytest starts)."""
+    export, results = graded_batch
+    root = tmp_path / "autograder"
+    source = root / "source"
+    for folder in ("scripts", "tests", "cs336_systems"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "staff"))
+    shutil.copy(ROOT / "pyproject.toml", source)
+    gpu_results.main(["pack", str(export), str(results), "--out", str(source / gpu_results.BUNDLE_NAME)])
+    shutil.copytree(export / "submission_101", root / "submission")
+    (root / "results").mkdir()
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "CS336_PYTHON": sys.executable, "CS336_RUN_AS": ""}
+    script = ROOT / "scripts/grading/gradescope/run_autograder"
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads((root / "results" / "results.json").read_text())
+    want = json.loads((source / gpu_results.BUNDLE_NAME).read_text())
+    assert got in want.values() and got["score"] == 7, got
