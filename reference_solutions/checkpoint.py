@@ -349,10 +349,9 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
                     raise TornCheckpoint(f"{folder}: rank {r}'s file {rep['file']} is missing or incomplete")
             raw = json.dumps({"step": step, "world_size": world, "block_bytes": CHECKSUM_BLOCK_BYTES,
                               "ranks": reports}).encode()  # fmt: skip
-            _write_atomically(folder / _METADATA, [raw])
-            _write_atomically(
-                folder / COMMIT_MARKER, [json.dumps({"step": step, "metadata_crc32": zlib.crc32(raw)}).encode()]
-            )
+            marker = json.dumps({"step": step, "metadata_crc32": zlib.crc32(raw)}).encode()
+            for name, content in ((_METADATA, raw), (COMMIT_MARKER, marker)):  # the marker last
+                _write_atomically(folder / name, [content])
             _fsync_dir(folder)
         except Exception as exc:  # every rank raises it, not only rank 0
             verdict = f"{type(exc).__name__}: {exc}"

@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from tests.oracles.checkpoint import _Patches
 
 # -- rank side --------------------------------------------------------------------------------------------
@@ -316,3 +318,153 @@ def materialize(disk: Disk, folder) -> Path:
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_bytes(data)
     return folder
+
+
+# -- the promises a crash must keep, judged on every state -------------------------------------------------
+
+
+def broken_promises(state: CrashState, after: Disk, step_dir: str, marker: str = "COMMITTED") -> list[str]:
+    """What ``state`` shows the save got wrong, judged against ``after`` (the disk once the save returned,
+    ``snapshot(root)``), for the files of ``step_dir`` (§10.1, steps 2 and 3):
+
+    * a name never points at a half-written file: a file of the finished save that is already in place
+      (its final inode under its final name) holds its final bytes (data fsync-ed before the rename);
+    * the marker is the last change: when the finished save's marker is in place, every file of the finished
+      save is in place with its final bytes (the metadata and every rank's data written and durable before)."""
+    problems = []
+    files = state.disk.files()
+    done = {p: i for p, i in after.names.items() if p.startswith(step_dir + os.sep)}
+    for path, ino in done.items():
+        if state.disk.names.get(path) == ino and files[path] != after.durable[ino]:
+            problems.append(
+                f"{path} is in place with {len(files[path])} of its {len(after.durable[ino])} bytes durable: a name "
+                "must never point at a half-written file (write under a temporary name, flush, os.fsync, and only "
+                "then os.replace)"
+            )
+    committed = os.path.join(step_dir, marker)
+    if committed in done and files.get(committed) == after.durable[done[committed]] and not problems:
+        for path, ino in sorted(done.items()):
+            if state.disk.names.get(path) != ino:
+                problems.append(
+                    f"the {marker} marker is in place but {path} is not yet: putting the marker in place must be "
+                    "the save's last change (every file, the metadata included, renamed into place before it)"
+                )
+            elif files[path] != after.durable[ino]:
+                problems.append(
+                    f"the {marker} marker is in place but only {len(files[path])} of {path}'s "
+                    f"{len(after.durable[ino])} bytes are durable: fsync every file before the commit"
+                )
+    return problems
+
+
+def recorded_save_rank(ctx, root: str, scheme: str, step: int, seed: int):
+    """Save this rank's boxes of ``scheme`` while an ``FsRecorder`` logs every filesystem change; the log."""
+    from tests.oracles.checkpoint import rank_state
+
+    C = ctx.load("checkpoint")
+    state = rank_state(C, scheme, ctx.rank, ctx.world_size, seed=seed, device=ctx.device)
+    with FsRecorder(root, ctx.rank) as rec:
+        C.save_checkpoint(state, root, step)
+    return rec.log
+
+
+def _load_scheme(scheme: str) -> str:
+    """The one-rank layout that loads every tensor of ``scheme`` whole."""
+    return {"zero": "ddp", "fsdp": "fsdp"}.get(scheme, "tp1")
+
+
+def judge_rank(ctx, folders: list[str], scheme: str, step: int, seeds: dict[int, list[int]]):
+    """For each crash folder: latest_checkpoint, verify_checkpoint of it and of ``step``, and which of
+    the ``seeds`` its step may hold (``{step: [seed, ...]}``) a load of the latest matches (or the first
+    difference)."""
+    from tests.oracles.checkpoint import expected_boxes, local_tensors, rank_state
+
+    C = ctx.load("checkpoint")
+    load = _load_scheme(scheme)
+    out = []
+    for folder in folders:
+        verdict = {"latest": C.latest_checkpoint(folder), "verify": None, "verify_step": None, "load": None}
+        try:
+            C.verify_checkpoint(folder, step)
+        except C.TornCheckpoint as exc:
+            verdict["verify_step"] = str(exc) or "TornCheckpoint"
+        latest = verdict["latest"]
+        if latest is not None:
+            try:
+                C.verify_checkpoint(folder, latest)
+            except C.TornCheckpoint as exc:
+                verdict["verify"] = str(exc) or "TornCheckpoint"
+            state = rank_state(C, load, 0, 1, empty=True, device=ctx.device)
+            try:
+                C.load_checkpoint(state, folder)
+            except Exception as exc:  # judged in the parent
+                verdict["load"] = f"{type(exc).__name__}: {exc}"
+            else:
+                got, differs = local_tensors(state), []
+                for seed in seeds.get(latest, []):
+                    want = expected_boxes(load, 0, 1, seed=seed)
+                    bad = [k for k in want if not torch.equal(got[k].cpu(), want[k])]
+                    if not bad:
+                        verdict["seed"] = seed
+                        break
+                    differs.append(f"seed {seed}: {bad[:3]}")
+                else:
+                    verdict["load"] = f"loaded values match no save of step {latest} ({'; '.join(differs)})"
+        out.append(verdict)
+    return out
+
+
+def check_power_loss(world_size: int, tmp_path: Path, scheme: str, *, every: bool, leftover: bool = False,
+                     step: int = 2) -> int:  # fmt: skip
+    """Save step 1 (seed 1), then (``leftover``: a committed step ``step`` of seed 3 left on disk, as by
+    an older run) record a save of step ``step`` (seed 2) on ``world_size`` ranks; replay a power loss
+    after every operation (``every``) or after each rename and at the end, and judge every state: the
+    promises of ``broken_promises``, and ``latest_checkpoint`` returns a step committed before the save
+    or this one, which verifies and loads exactly the values of one save of that step. Returns the
+    number of crash states judged."""
+    from tests.harness import run_ranks
+    from tests.oracles.checkpoint import save_rank
+
+    root = tmp_path / "ckpt"
+    run_ranks(world_size, save_rank, str(root), scheme, 1, 1)
+    seeds = {1: [1], step: [2]}
+    if leftover:
+        run_ranks(world_size, save_rank, str(root), scheme, step, 3)
+        seeds[step] = [2, 3]
+    before = snapshot(root)
+    log = merge(run_ranks(world_size, recorded_save_rank, str(root), scheme, step, 2))
+    after = snapshot(root)
+    step_dir = f"step_{step:08d}"
+    assert any(op[2] == "rename" for op in log), (
+        "the save made no os.replace/os.rename under the checkpoint folder: write every file under a "
+        "temporary name, fsync it, then os.replace it to its final name"
+    )
+    states = crash_states(before, log)
+    if not every:  # a few points: after each rename, and the end
+        states = [s for s in states if s.after is not None and s.after[2] == "rename"] + [states[-1]]
+        states = list({id(s): s for s in states}.values())
+    committed = sorted({s for s in (1, step)})
+    where = [f"power loss {describe(s.after)} (operation {s.ops_done} of {len(log)}, {world_size} ranks, {scheme})"
+             for s in states]  # fmt: skip
+    for s, w in zip(states, where):
+        problems = broken_promises(s, after, step_dir)
+        assert not problems, f"{w}: {problems[0]}"
+    folders = [str(materialize(s.disk, tmp_path / f"crash_{i:04d}")) for i, s in enumerate(states)]
+    verdicts = run_ranks(1, judge_rank, folders, scheme, step, seeds)[0]
+    for w, v in zip(where, verdicts):
+        assert v["latest"] in committed, (
+            f"{w}: latest_checkpoint returned {v['latest']}, expected one of {committed} (the previous "
+            "committed step, or this one once its marker is in place)"
+        )
+        assert v["verify"] is None, (
+            f"{w}: latest_checkpoint returned step {v['latest']}, which fails verify_checkpoint: {v['verify']}"
+        )
+        assert v["load"] is None, f"{w}: loading the latest checkpoint (step {v['latest']}): {v['load']}"
+        if v["latest"] != step:
+            assert v["verify_step"] is not None, (
+                f"{w}: verify_checkpoint passes step {step}, yet latest_checkpoint skips it (returned {v['latest']})"
+            )
+    assert verdicts[-1]["latest"] == step, (
+        f"after the whole save of step {step} (all of it durable), latest_checkpoint returned {verdicts[-1]['latest']}"
+    )
+    return len(states)
