@@ -4,10 +4,10 @@
     python -m scripts.tools.submission --out my.zip
 
 Only the part modules are graded: ``cs336_systems/<module>.py`` for each module in ``PART_MODULES``
-below (collectives, ddp, ..., one per idea of the handouts). The grader uses its own copies of __init__.py,
-models.py and utils.py and of the tests, so changes you make to them are not graded. Each module is
-imported in a fresh process (your code at import time must not print, exit or take long); functions
-that still raise NotImplementedError are listed so you know what is left.
+below (collectives, ddp, ..., one per idea of the handouts). The grader uses its own copies of the given
+modules (``GIVEN_MODULES``: __init__.py, models.py, utils.py, launcher.py) and of the tests, so changes you
+make to them are not graded. Each module is imported in a fresh process (your code at import time must not
+print, exit or take long); functions that still raise NotImplementedError are listed so you know what is left.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 # The graded modules, in part order (the autograder reads this very list).
 PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "fsdp", "tensor_parallel", "pipeline", "accounting",
                 "mesh", "expert_parallel", "context_parallel", "checkpoint", "fault_tolerance")  # fmt: skip
+# The given modules of cs336_systems: shipped to students, never graded (the grader always uses its copies).
+GIVEN_MODULES = ("__init__", "models", "utils", "launcher")
 MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; the grader refuses larger ones
 
 

@@ -17,12 +17,12 @@ from scripts.grading.rubric import load_rubric
 from scripts.grading.runner import ChannelReader
 from scripts.grading.sandbox import PLUGIN_FILES, StaffFiles
 from scripts.grading.staff import STAFF_ONLY, STAFF_TESTS, is_staff_only, path_of, reaches_grading_machine
-from scripts.tools.submission import PART_MODULES
+from scripts.tools.submission import GIVEN_MODULES, PART_MODULES
 from tests.harness.pool import ROOT
 
 pytestmark = pytest.mark.staff
 
-GIVEN_HELPERS = {"__init__", "models", "utils"}  # cs336_systems modules that are not graded
+GIVEN_HELPERS = set(GIVEN_MODULES)  # cs336_systems modules that are not graded
 
 
 def _git_files() -> list[str]:
