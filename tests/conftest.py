@@ -84,7 +84,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("markers", f"task{part}_{task}: handout task {part}.{task}")
     for line in [
         "deadline(seconds): this test's distributed runs need at least this long (max with --deadline)",
-        "world_sizes(*sizes): the world sizes this test supports (intersected with --world-sizes)",
+        "world_sizes(*sizes, reason=...): the world sizes this test supports (intersected with --world-sizes); "
+        "the reason (why only these) goes into the skip message",
         "harness: tests of the test harness itself (they do not exercise the student package)",
         "staff: staff-only tests (mutants, grader); not shipped in the student release",
     ]:
@@ -99,17 +100,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize every test that takes ``world_size`` over the chosen sizes (ids w1, w2, ...)."""
     if "world_size" not in metafunc.fixturenames:
         return
-    sizes = _world_sizes(metafunc.config)
+    chosen = sizes = _world_sizes(metafunc.config)
     marker = metafunc.definition.get_closest_marker("world_sizes")
+    why = "no chosen world size suits this test"
     if marker is not None:
         sizes = [w for w in sizes if w in marker.args]
+        because = marker.kwargs.get("reason", "the sizes its checks are written for; others run elsewhere")
+        why = (f"this test runs at world sizes {', '.join(map(str, marker.args))} only ({because}); "
+               f"--world-sizes is {','.join(map(str, chosen))}")  # fmt: skip
     params = []
     for w in sizes:
         shortfall = gpu_shortfall(w) if CONFIG.backend == "nccl" else None
         marks = [pytest.mark.skip(reason=shortfall)] if shortfall else []
         params.append(pytest.param(w, id=f"w{w}", marks=marks))
     if not params:
-        params = [pytest.param(0, marks=pytest.mark.skip(reason="no chosen world size suits this test"))]
+        params = [pytest.param(0, marks=pytest.mark.skip(reason=why))]
     metafunc.parametrize("world_size", params)
 
 

@@ -66,7 +66,13 @@ def kinds(events) -> list[str]:
 
 # -- Task 4.1: the six conjugate functions, each alone ---------------------------------------------
 
-X_SHAPE = (4, 3, 8)  # dim 0 (sequence) and the last dim divide by 1, 2, 4
+
+def x_shape(tp: int) -> tuple[int, int, int]:
+    """(sequence, batch, hidden) of the conjugate functions' inputs: the sequence and hidden dims divide by the TP
+    size, whatever the world size (2 rows and 2 columns per rank)."""
+    return (2 * tp, 3, 2 * tp)
+
+
 CONJUGATES = [
     "copy_to_tp_region", "reduce_from_tp_region", "scatter_to_tp_region", "gather_from_tp_region",
     "reduce_scatter_to_sp_region", "all_gather_from_sp_region",
@@ -116,10 +122,10 @@ def _conjugate_oracle(name: str, xs, gs, members: list[int], rank: int):
 
 
 def _upstream_shape(name: str, world: int) -> tuple[int, ...]:
-    s, b, n = X_SHAPE
+    s, b, n = x_shape(world)
     return {"scatter_to_tp_region": (s, b, n // world), "gather_from_tp_region": (s, b, n * world),
             "reduce_scatter_to_sp_region": (s // world, b, n), "all_gather_from_sp_region": (s * world, b, n),
-            }.get(name, X_SHAPE)  # fmt: skip
+            }.get(name, (s, b, n))  # fmt: skip
 
 
 def _check_conjugate(outs, name, xs, gs, groups) -> None:
@@ -147,7 +153,7 @@ def _check_conjugate(outs, name, xs, gs, groups) -> None:
 @pytest.mark.parametrize("name", CONJUGATES)
 def test_conjugate_function_forward_backward_and_communication(world_size, name):
     """Forward output and input gradient equal the oracle; communication happens in one direction."""
-    xs = [tp_rand(*X_SHAPE, seed=10 + r) for r in range(world_size)]
+    xs = [tp_rand(*x_shape(world_size), seed=10 + r) for r in range(world_size)]
     gs = [tp_rand(*_upstream_shape(name, world_size), seed=100 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs)
     _check_conjugate(outs, name, xs, gs, [list(range(world_size))])
@@ -161,7 +167,7 @@ def test_conjugate_function_stays_inside_its_group(world_size, name):
 
     With group= two TP groups {0, 1} and {2, 3}: sums and concatenations only within the group."""
     groups = [[0, 1], [2, 3]]
-    xs = [tp_rand(*X_SHAPE, seed=20 + r) for r in range(world_size)]
+    xs = [tp_rand(*x_shape(2), seed=20 + r) for r in range(world_size)]
     gs = [tp_rand(*_upstream_shape(name, 2), seed=200 + r) for r in range(world_size)]
     outs = run_ranks(world_size, conjugate_rank, name, xs, gs, groups)
     _check_conjugate(outs, name, xs, gs, groups)
@@ -179,7 +185,7 @@ def all_conjugates_rank(ctx, xs):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 def test_conjugate_functions_keep_the_dtype(world_size, dtype):
     """float32 and bfloat16 inputs give outputs of the same dtype and the oracle's values."""
-    xs = [tp_rand(*X_SHAPE, seed=50 + r, dtype=dtype) for r in range(world_size)]
+    xs = [tp_rand(*x_shape(world_size), seed=50 + r, dtype=dtype) for r in range(world_size)]
     outs = run_ranks(world_size, all_conjugates_rank, xs)
     members = list(range(world_size))
     for rank, out in enumerate(outs):
