@@ -159,3 +159,47 @@ def test_problem_9_2_half_tiles_follow_from_the_block_positions():
         for r in range(n):
             pairs = int((_positions(r, n, 2 * half, zigzag) + 1).sum())  # token at position t sees t + 1 keys
             assert math.isclose(pairs / half**2, expected[r], rel_tol=2 / half), (zigzag, r, pairs / half**2)
+
+
+# -- every question states its numbers; every rubric line is one criterion a non-expert can apply ------------
+
+OLD_7_1 = (
+    "1. Why not TP across nodes? Use `communication_bytes_per_rank` for Llama 3 405B with TP 16 over two nodes: "
+    "how long does TP traffic take per step at 50 GB/s, and what fraction of a step is that if the step is 10 s "
+    "of compute?"
+)
+
+
+def test_a_question_without_a_number_its_answer_uses_is_caught():
+    """7.1 as it was: the key computed with PP 16, DP 64 and m = 32, which the question never stated."""
+    from scripts.grading.answer_key import part07 as k
+
+    problem = next(p for p in k.SECTIONS[0].problems if p.number == "1")
+    missing = key.missing_numbers(problem, OLD_7_1)
+    assert any("'PP 16'" in m for m in missing) and any("'m = 32'" in m for m in missing), missing
+    current = key.handout_item_texts(7, k.SECTIONS[0].heading)["1"]
+    assert key.missing_numbers(problem, current) == []
+
+
+def test_an_answer_with_a_result_must_declare_its_inputs():
+    bare = key.Problem("1", "t", 1, "It takes **8.9 days**.", rubric=((1, "x"),))
+    assert key.missing_numbers(bare, "1. How long?")
+    assert key.missing_numbers(key.Problem("1", "t", 1, "Explain it.", rubric=((1, "x"),)), "1. Why?") == []
+
+
+@pytest.mark.parametrize(
+    "rubric, wrong, answer, expected",
+    [
+        (((0.5, "a"), (0.5, "b")), ("forgets 1/N: −0.125.",), "a", "finer than 0.25"),
+        (((1, "the table"),), (), "a", "split it"),
+        (((0.5, "the fraction; why it cannot hide"),), (), "a", "bundles criteria"),
+        (((0.5, "the fraction, and why it cannot hide"),), (), "a", "bundles criteria"),
+        (((0.3, "a"), (0.2, "b")), (), "a", "multiples of 0.25"),
+        (((0.5, "a"),), (), "Grade the reasoning: bytes and overlap.", "which reasoning"),
+    ],
+)
+def test_a_rubric_a_grader_cannot_apply_is_caught(rubric, wrong, answer, expected):
+    p = key.Problem("1", "t", sum(pts for pts, _ in rubric), answer, rubric=rubric, wrong=wrong)
+    found = key.rubric_problems(p)
+    assert any(expected in f for f in found), found
+    assert key.rubric_problems(key.Problem("1", "t", 0.5, "a", rubric=((0.25, "x"), (0.25, "y")))) == []

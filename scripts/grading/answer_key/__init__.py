@@ -28,6 +28,10 @@ class Problem:
     rubric: tuple = ()  # ((points, "what earns them"), ...): adds up to ``points``
     wrong: tuple = ()  # common wrong answers, each with what it earns ("0: ...", "-0.5: ...")
     expect: tuple = ()  # write-ups: the reference's figures on the course VM, ranges, signs of a wrong implementation
+    # The inputs the answer's numbers are computed from, each as the handout's question writes it ("p = 16",
+    # "50 GB/s"): --check fails unless each appears in the question's text. Required when the answer states a
+    # computed number in bold; () for a question answered from the student's own measurements or symbols.
+    given: tuple | None = None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,40 @@ def handout_section(part: int, heading: str) -> list[str] | None:
     return found
 
 
+def handout_item_texts(part: int, heading: str) -> dict[str, str]:
+    """{item number: its text, continuation lines joined} for the section's top-level numbered problems."""
+    items, current = {}, None
+    for line in handout_section(part, heading) or []:
+        if m := ITEM.match(line):
+            current = m.group(1)
+            items[current] = line
+        elif current and line.startswith(" ") and line.strip():
+            items[current] += " " + line.strip()
+        elif current and not line.strip():
+            current = None
+    return items
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.replace("−", "-").split())
+
+
+RESULT = re.compile(r"\*\*[~≈]?\s?\d")  # a computed number in bold: the answer's result
+
+
+def missing_numbers(p: Problem, question: str | None) -> list[str]:
+    """Why the question may lack a number its answer needs (empty: fine). The key declares the inputs it
+    computes from (``given``); each must be in the question's text, as written there."""
+    if question is None:
+        return []
+    if p.given is None:
+        return ["the answer states computed numbers: declare given=(...), the inputs it uses as the question "
+                "writes them, so --check can find each in the question"] if RESULT.search(p.answer) else []  # fmt: skip
+    flat = _flat(question)
+    return [f"the question does not state {g!r}, which the answer uses: add it to the handout's question"
+            for g in p.given if _flat(g) not in flat]  # fmt: skip
+
+
 def handout_items(part: int, heading: str) -> list[str]:
     """The numbers of the section's top-level numbered problems ("1. **Tree vs ring.** ..."), in order."""
     return [m.group(1) for line in handout_section(part, heading) or [] if (m := ITEM.match(line))]
@@ -148,6 +182,36 @@ def _bound_names(target: ast.AST) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
+DEDUCTION = re.compile(r"[−-]\s?(\d+(?:\.\d+)?)")
+VAGUE = re.compile(r"grade the reasoning|use judgement|use judgment|at the grader's discretion", re.IGNORECASE)
+
+
+def rubric_problems(p: Problem) -> list[str]:
+    """What makes a problem's rubric hard to apply for a grader who did not solve it (empty: fine).
+
+    One criterion per line, quarter points at the finest: every line's points and every deduction a multiple of
+    0.25; a line worth more than 0.5 is split; a line worth more than 0.25 that lists criteria (';', ', and ') is
+    split, one line per criterion; no "grade the reasoning" (say which reasoning earns what)."""
+    found = []
+    for pts, what in p.rubric:
+        if pts <= 0 or abs(pts * 4 - round(pts * 4)) > 1e-9:
+            found.append(f"rubric line {what!r} is worth {pts:g}: use multiples of 0.25")
+        elif pts > 0.5:
+            found.append(
+                f"rubric line {what!r} is worth {pts:g}: split it into lines of 0.25 or 0.5, one criterion each"
+            )
+        elif pts > 0.25 and (";" in what or ", and " in what):
+            found.append(f"rubric line {what!r} bundles criteria into {pts:g} pts: one line per criterion")
+    for w in p.wrong:
+        for m in DEDUCTION.finditer(w):
+            if "." in m.group(1) and abs(float(m.group(1)) * 4 - round(float(m.group(1)) * 4)) > 1e-9:
+                found.append(f"common wrong answer {w[:60]!r}...: deduction −{m.group(1)} finer than 0.25")
+    for text in (p.answer, *(what for _, what in p.rubric)):
+        if VAGUE.search(text):
+            found.append(f"{VAGUE.search(text).group(0)!r}: say which reasoning earns which points")
+    return found
+
+
 def reused_names(source: str) -> list[tuple[str, int, int]]:
     """Module-level names a key file binds twice: (name, first line, second line).
 
@@ -192,6 +256,7 @@ def problems(rubric, keys) -> list[str]:
             if w is None:
                 found.append(f"{where}: no [[written]] entry in rubric.toml has this part and heading")
                 continue
+            texts = handout_item_texts(s.part, s.heading)
             if abs(s.points - w.points) > 1e-9:
                 found.append(f"{where}: problems add up to {s.points:g} points, the rubric says {w.points:g}")
             for p in s.problems:
@@ -201,6 +266,9 @@ def problems(rubric, keys) -> list[str]:
                                  f"not its {p.points:g} points")  # fmt: skip
                 if not p.answer.strip():
                     found.append(f"{where} problem {p.number or p.title!r}: no answer")
+                found += [f"{where} problem {p.number or p.title!r}: {x}" for x in rubric_problems(p)]
+                question = texts.get(p.number) if p.number else None
+                found += [f"{where} problem {p.number}: {x}" for x in missing_numbers(p, question)]
             items = handout_items(s.part, s.heading)
             numbers = [p.number for p in s.problems if p.number]
             if items and numbers != items:

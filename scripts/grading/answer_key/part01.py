@@ -51,17 +51,15 @@ M* = {RING_MSGS - TREE_STEPS}α / ({TREE_STEPS - RING_SHARE:g}β) = **{num(TREE_
 {seconds(acc.all_reduce_time(TREE_CROSS, N, "ring", ALPHA, BETA))}. The plot: two straight lines on linear
 axes (on log-log, two curves that flatten to α-terms of {seconds(RING_MSGS * ALPHA)} and
 {seconds(TREE_STEPS * ALPHA)} at small M), crossing at M*.""",
+                given=("α = 5 µs", "1/β = 10 GB/s", "N = 8"),
                 rubric=(
                     (
                         0.5,
                         f"both costs written for N = 8 and M* solved: {num(TREE_CROSS, 2)} B (accept 90-95 kB, "
                         "or 92 KiB)",
                     ),
-                    (
-                        0.5,
-                        "the plot: both lines, labelled axes with units, the crossover marked or stated, and "
-                        "which side each algorithm wins",
-                    ),
+                    (0.25, "the plot: both lines, labelled axes with units"),
+                    (0.25, "the crossover marked or stated, with the side where each algorithm wins"),
                 ),  # fmt: skip
                 wrong=(
                     "Using 1/β = 10 Gb/s (bits): M* 8× smaller (≈ 11.8 kB). −0.25.",
@@ -138,12 +136,13 @@ sends **2TH(N − 1)/N bytes** and receives the same. An all-reduce of the same 
 reduced and redistributed. Example (T = H = {T}, N = {N4}): all-to-all {nbytes(A2A)} per rank per exchange vs
 all-reduce {nbytes(AR)}; `accounting.moe_all_to_all_bytes(T, H, 1, N)` is four of these exchanges
 ({nbytes(4 * A2A)}: dispatch and combine, forward and backward).""",
+                given=("N ranks", "T tokens", "H bf16 values"),
                 rubric=(
                     (0.25, "2TH(N − 1)/N bytes sent and received (bf16 = 2 bytes counted)"),
                     (0.25, "comparison: all-reduce is 2(N − 1)/N·2TH, twice as much"),
                 ),
                 wrong=(
-                    "2TH (forgets the 1/N that stays local): −0.125.",
+                    "2TH (forgets the 1/N that stays local): 0 of the first 0.25.",
                     "Counting the all-to-all as N·2TH (each rank sends everything to everyone): 0 of 0.25.",
                 ),
             ),
@@ -191,22 +190,29 @@ receives about M (the ring's 2(N − 1)/N·M order) while latency is O(log N). (
 steps in each phase (recursive halving, then doubling: the latency of recursive doubling ×2) while the
 messages halve each step, so each rank sends M/2 + M/4 + … = (N − 1)/N · M per phase: the ring's bandwidth.
 It needs N a power of two (otherwise fold the extra ranks in and out, two more steps, as §1.7 does).""",
+                given=(
+                    "N = 8",
+                    "α ≈ 5 µs",
+                    "1/β ≈ 150 GB/s",
+                    "α ≈ 30 µs",
+                    "1/β ≈ 3 GB/s",
+                    "25 MiB",
+                    "64 KiB",
+                    "1024 GPUs",
+                ),
                 rubric=(
+                    (0.25, f"(a) and (b): both crossovers, ≈ {nbytes(NVLINK)} and ≈ {nbytes(ETHER)} (±10%)"),
                     (
-                        0.5,
-                        f"(a) and (b): both crossovers (≈ {nbytes(NVLINK)} and ≈ {nbytes(ETHER)}; ±10%) and "
-                        "the four choices (ring for the bucket, doubling for the activation, both times)",
+                        0.25,
+                        "(a) and (b): the four choices (ring for the bucket, doubling for the activation, both times)",
                     ),
                     (
-                        0.5,
-                        f"(c) latency ≈ {seconds(RING_LAT_1024)} vs bandwidth ≈ {seconds(RING_BW_1024)}: latency "
-                        "dominates; trees have log N depth, two trees / pipelined chunks keep the bandwidth",
+                        0.25,
+                        f"(c) latency ≈ {seconds(RING_LAT_1024)} vs bandwidth ≈ {seconds(RING_BW_1024)}: latency",
                     ),
-                    (
-                        0.5,
-                        "(d) log N messages per phase and halving messages summing to (N−1)/N·M per phase; "
-                        "N a power of two (or a fold)",
-                    ),
+                    (0.25, "(c) trees have log N depth; two trees or pipelined chunks keep the bandwidth"),
+                    (0.25, "(d) log N messages per phase, halving messages summing to (N − 1)/N·M per phase"),
+                    (0.25, "(d) N a power of two (or a fold in and out)"),
                 ),  # fmt: skip
                 wrong=(
                     "Using 25 Gb/s as 25 GB/s (or 3 GB/s as 3 Gb/s): crossovers off by 8×; −0.25 once.",

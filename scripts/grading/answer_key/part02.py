@@ -106,6 +106,7 @@ latency α: **larger** buckets (fewer calls). 8 ranks instead of 2: a ring all-r
 2(N − 1)α ({LAT_8:g}× from N = 2 to 8) while its bytes per rank grow only {BW_8:g}× (2(N − 1)/N·M:
 {nbytes(RING2)} at N = 2 vs {nbytes(RING8)} at N = 8 for these grads), so α'/β' grows {LAT_8 / BW_8:g}×:
 **larger** buckets, ≈ √{LAT_8 / BW_8:g} = **{BEST_8:.1f}×** by the model.""",
+                given=("8 ranks instead of 2",),
                 rubric=(
                     (0.25, "smaller β: larger buckets (or 'matters less'), with a reason"),
                     (0.25, "larger α: larger buckets"),

@@ -96,6 +96,7 @@ fewer collectives, so it pays α far fewer times, and each rank updates only its
 (16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N). Stage 1 fits 32 GB once 4Ψ + 12Ψ/N ≤ 32e9, i.e. 90e9/N ≤ 2e9:
 **N ≥ {STAGE1_N}**. Stage 2 keeps every fp16 parameter on every rank (only optimizer state and gradients are
 sharded), so it never drops below 2Ψ = **{FLOOR2:.0f} GB** however large N.""",
+                given=("Ψ = 7.5e9", "N = 64", "32 GB"),
                 rubric=(
                     (0.5, f"the four numbers (±0.1 GB): {', '.join(f'{x:.1f}' for x in STAGES)}"),
                     (0.25, f"N = {STAGE1_N} (or 'N ≥ 45') with the inequality"),
@@ -110,6 +111,7 @@ sharded), so it never drops below 2Ψ = **{FLOOR2:.0f} GB** however large N.""",
                 f"""56 GB per GPU for model states (30% reserved). Stages 0-3 need
 **{", ".join(f"{x:.0f}" for x in ON8)} GB** per GPU on 8 GPUs: **none fits**. Stage 3 needs 16 · 70e9 / N ≤ 56e9:
 **N ≥ {STAGE3_N} GPUs** (in practice 24 or 32: three or four nodes).""",
+                given=("70B", "8 × 80 GB", "30%"),
                 rubric=(
                     (0.5, f"the four per-GPU numbers ({', '.join(f'{x:.0f}' for x in ON8)} GB) and 'none fits'"),
                     (0.5, f"stage 3 needs {STAGE3_N} GPUs"),
@@ -127,6 +129,7 @@ sharded), so it never drops below 2Ψ = **{FLOOR2:.0f} GB** however large N.""",
 as all of stage 3's traffic, **≥ {seconds(Z3_BYTES / LINK)}** of compute per step (the gathers are prefetched
 behind the previous layer); e.g. at 989 TFLOP/s and 50% MFU that is 6·Ψ·tokens ≥ that time:
 ≈ {num(TOKENS_TO_HIDE)} tokens per GPU per step.""",
+                given=("100 GB/s", "7.5e9 bf16 parameters", "N = 64", "989 TFLOP/s", "50% MFU"),
                 rubric=(
                     (
                         0.5,
@@ -134,10 +137,10 @@ behind the previous layer); e.g. at 989 TFLOP/s and 50% MFU that is 6·Ψ·token
                         f"{seconds(Z3_BYTES / LINK)} (±5%)",
                     ),
                     (
-                        0.5,
-                        "compute per step ≥ stage 3's communication time (or the extra, with a reason), in "
-                        "seconds or tokens",
+                        0.25,
+                        f"compute per step ≥ all of stage 3's traffic, {seconds(Z3_BYTES / LINK)} (not only the extra)",
                     ),
+                    (0.25, f"≈ {num(TOKENS_TO_HIDE)} tokens per GPU per step (±10%)"),
                 ),  # fmt: skip
                 wrong=("Using 4-byte gradients: doubles everything; −0.25.",),
             ),
@@ -150,6 +153,7 @@ optimizer state, so as N → ∞ it saves **{FP32:.0%}**. Mixed precision: the o
 (fp32 master weights + m + v), so it saves **{MIXED:.0%}**. The difference: mixed precision moves the fp32
 master copy of the weights into the optimizer state, which stage 1 shards; in pure fp32 the weights
 themselves are the master copy and stay replicated.""",
+                given=("4 + 4 + 8 bytes",),
                 rubric=(
                     (0.5, f"{FP32:.0%} and {MIXED:.0%}"),
                     (0.5, "the master weights live in the optimizer state under mixed precision"),

@@ -61,9 +61,12 @@ halve. That is right for the first layer: nothing upstream needs the gradient of
                     "(an all-reduce kept next to the all-gather).",
                 ),
                 rubric=(
-                    (1, "table with the collectives and bytes equal to torch's"),
-                    (1, "4(T − 1)/T·M derived for TP (2 all-reduces) and SP (2 AG + 2 RS)"),
-                    (1, "requires_grad: f's backward all-reduce (input grad) vanishes; fine for the first layer"),
+                    (0.5, "the table lists every collective of their TP and SP layers"),
+                    (0.5, "their bytes equal torch's (same count and sizes)"),
+                    (0.5, "4(T − 1)/T·M derived for TP (2 all-reduces)"),
+                    (0.5, "4(T − 1)/T·M derived for SP (2 all-gathers + 2 reduce-scatters)"),
+                    (0.5, "requires_grad=False: f's backward all-reduce (the input gradient) vanishes"),
+                    (0.5, "why that is fine for the first layer (nothing upstream needs the gradient)"),
                 ),
             ),
             Problem(
@@ -83,8 +86,10 @@ is why TP pays only for large h (compute ∝ h², communication ∝ h) and on fa
                     "rank, or the whole MLP computed on each rank).",
                 ),
                 rubric=(
-                    (1, "their times and the answer (no, or not cleanly), with contention / oversubscription noted"),
-                    (1, "collective cost comparable with the matmuls at d = 512; compute ∝ h² vs comm ∝ h"),
+                    (0.5, "their times quoted from the benchmark"),
+                    (0.5, "the answer: no (or not cleanly), with CPU contention / oversubscription named"),
+                    (0.5, "at d = 512 the collectives cost about as much as the matmuls"),
+                    (0.5, "compute grows as h², communication as h: larger models scale better"),
                 ),
             ),
         ),
@@ -122,6 +127,7 @@ correctly.""",
 independent of s and b. h = 12288, T = 8: NVLink (450 GB/s) **{NVLINK:.2f}**, across nodes (50 GB/s)
 **{IB:.2f}**. On the critical path it adds to the layer's time: a ~{NVLINK:.0%} tax inside a node, and
 {IB:.1f}× the compute across nodes, where it dominates.""",
+                given=("h = 12288", "T = 8", "F = 989 TFLOP/s", "B = 450 GB/s", "B = 50 GB/s"),
                 rubric=(
                     (0.5, "the formula 2(T − 1)F/(9hB) (or equivalent with the FLOP count stated)"),
                     (0.5, f"≈ {NVLINK:.2f} and ≈ {IB:.1f} (±15%), NVLink a tax, across nodes dominant"),

@@ -111,7 +111,8 @@ whatever s, out of a step of 3(m + p − 1)·F: (p − 1)/(m + p − 1); p = {P}
                 f"""Stage s runs min(p − s, m) forwards before its first backward: stage 0 **{min(P, M)}**, stage 3
 **{min(1, M)}** (p = {P}). It holds at most min(p − s, m) microbatches' activations: {PEAK_1F1B} for stages
 0..3, against GPipe's m = {M} on every stage.""",
-                rubric=_half(f"{min(P, M)} and 1 forwards; peak min(p − s, m) vs GPipe's m"),
+                given=("p = 4, m = 8",),
+                rubric=((0.25, f"{min(P, M)} and 1 forwards"), (0.25, "peak min(p − s, m) against GPipe's m")),
             ),
             Problem(
                 "3",
@@ -121,7 +122,7 @@ whatever s, out of a step of 3(m + p − 1)·F: (p − 1)/(m + p − 1); p = {P}
 for the first activation to arrive and the last gradient to come back; 1F1B only reorders the work in between,
 so both charts last (m + p − 1)(F + B + W). What it buys is memory: a microbatch's activations are freed after
 its backward, which starts as soon as possible, so a stage holds min(p − s, m) instead of m.""",
-                rubric=_half("same fill/drain (p − 1) units; the gain is peak activations, not time"),
+                rubric=((0.25, "same fill and drain, (p − 1) units"), (0.25, "the gain is peak activations, not time")),
             ),
             Problem(
                 "4",
@@ -149,6 +150,7 @@ units do not. In the chart: thin gaps before each F or B of a stage that had to 
 **m = {M_FOR_P16}**. GPipe then holds all {M_FOR_P16} microbatches' activations on every stage (memory ∝ m,
 **{GPIPE_OVER_1F1B_P16:.1f}×** 1F1B's stage 0); 1F1B holds at most p = {P16} on stage 0 (and p − s on stage s),
 independent of m.""",
+                given=("16 stages", "under 10%"),
                 rubric=(
                     (0.25, f"m = {M_FOR_P16} (m = {M_FOR_P16 - 1} gives exactly 10%: accept either with the reason)"),
                     (0.25, f"GPipe holds m = {M_FOR_P16}, 1F1B ≤ p = {P16}: {GPIPE_OVER_1F1B_P16:.1f}×"),
@@ -171,7 +173,10 @@ peak), more on later stages (a W holds its microbatch's activations until it run
                     "Sign of a wrong implementation: ZB-H1's bubble at or above 1F1B's (W not deferred to fill the "
                     "gaps, or B and W run back to back), or peak activations above p on stage 0.",
                 ),
-                rubric=_half("W fills the cool-down gaps; measured below 1F1B; same stage-0 peak, more elsewhere"),
+                rubric=(
+                    (0.25, "W fills the cool-down gaps, and the measured bubble is below 1F1B's"),
+                    (0.25, "the same stage-0 peak as 1F1B, more on later stages"),
+                ),
             ),
             Problem(
                 "7",
@@ -217,7 +222,11 @@ the memory freed lets the microbatch size or m grow enough (or a smaller pp / TP
 otherwise does not fit) that the gain in throughput exceeds the recompute's cost: 8ND instead of 6ND, i.e. MFU
 = 3/4 HFU, 33% more compute. Early stages gain most (stage s holds p − s microbatches: stage 0 p, the last 1),
 so checkpoint only the first stages, where activations peak.""",
-                rubric=_half(f"{num(NO_CKPT)}·sbh and {num(CKPT)}·sbh; early stages hold the most, checkpoint those"),
+                given=("34·s·b·h", "2·s·b·h", "p = 8, m = 16", "4 layers per stage"),
+                rubric=(
+                    (0.25, f"{num(NO_CKPT)}·sbh and {num(CKPT)}·sbh"),
+                    (0.25, "early stages hold the most microbatches: checkpoint those"),
+                ),
             ),
             Problem(
                 "10",
@@ -229,7 +238,10 @@ runs B's, and each rank's idle start in one direction is filled with the other d
 one overlaps the other's), likewise at the end. Cost: each rank holds two chunks (r of A and p − 1 − r of B), 2×
 the parameters (and their gradients/optimizer state) of a plain stage; activations: a rank holds microbatches of
 both directions, about p + 1 in flight instead of p − s, more balanced across ranks.""",
-                rubric=_half("both directions fill each other's fill/drain; 2× parameters per rank, more activations"),
+                rubric=(
+                    (0.25, "each direction's work fills the other's fill and drain"),
+                    (0.25, "2× parameters per rank, and more activations in flight"),
+                ),
             ),
             Problem(
                 "11",
@@ -244,9 +256,12 @@ each way: interleaved 2p − 1 = 7
 With W = 0.25, ZB-V idles (p − 1)·max(B, 2(B − W)) = 4.5 of a 40.5 step: **{ZBV_CHEAP_W:.3f}**, no better than
 ZB-H1. Still interleave when you want v > 2 chunks per rank, when m < 2p − 1, when W cannot be split from B
 (fused kernels, no weight-gradient hook) or is much cheaper than B.""",
+                given=("p = 4, m = 8", "F = B = W = 1", "W = 0.25"),
                 rubric=(
-                    (0.5, "the three bubbles and peaks (±0.005; peaks in any consistent unit)"),
-                    (0.5, f"ZB-V with W = 0.25 ≈ {ZBV_CHEAP_W:.3f}, and two situations for interleaving"),
+                    (0.25, "the three bubbles (±0.005)"),
+                    (0.25, "the three peaks (in any consistent unit)"),
+                    (0.25, f"ZB-V with W = 0.25 ≈ {ZBV_CHEAP_W:.3f}"),
+                    (0.25, "two situations for interleaving"),
                 ),
                 wrong=("Counting ZB-V's turn at rank p − 1 as a message (7): −0.25.",),
             ),
@@ -261,6 +276,7 @@ bubble **{DPV_PLAIN[0]:.3f}**. ZB-V with the same times (F = 2, B = 2, W = 1): i
 ({1 - DPV_OVERLAP[2] / ZBV_STEP:.0%} shorter): the overlap removes busy time (each pair hides one side's
 communication behind the other's compute), which a bubble fraction, idle over the step, does not count. Compare
 step times.""",
+                given=("F = 2", "W = 1", "B = 3", "F&B = max(compute 1 + 2, communication 1 + 1) = 3", "p = 4, m = 16"),
                 rubric=(
                     (0.5, f"steps {num(DPV_OVERLAP[2])} / {num(DPV_PLAIN[2])} / {num(ZBV_STEP)} or the bubbles (±2%)"),
                     (0.5, "the bubble fraction ignores the busy time the overlap saves: compare step times"),

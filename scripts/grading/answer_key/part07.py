@@ -56,12 +56,27 @@ ring over 16 GPUs in two nodes runs at its slowest link, 50 GB/s: **{TP16_S:.1f}
 the 10 s of compute, added to it (TP's all-reduces sit on the critical path): a step of ≈ {10 + TP16_S:.0f} s,
 TP traffic {TP16_S / (10 + TP16_S):.0%} of it. Inside a node (TP 8, {num(TP8["tp"] / GB)} GB) at 450 GB/s it
 is {TP8["tp"] / 450e9:.2f} s.""",
+                given=(
+                    "405B",
+                    "126 layers",
+                    "h = 16384",
+                    "s = 8192",
+                    "microbatch 1",
+                    "ZeRO-1",
+                    "TP 16",
+                    "PP 16",
+                    "DP 64",
+                    "m = 32",
+                    "50 GB/s",
+                    "10 s of compute",
+                ),
                 rubric=(
                     (
                         0.5,
-                        f"≈ {num(TP16['tp'] / GB, 2)} GB and ≈ {TP16_S:.0f} s (other consistent m/dp choices accepted)",
+                        f"≈ {num(TP16['tp'] / GB, 2)} GB and ≈ {TP16_S:.0f} s",
                     ),
-                    (0.5, "the fraction, and why it cannot hide (on the critical path)"),
+                    (0.25, f"the fraction: traffic / (compute + traffic) ≈ {TP16_S / (10 + TP16_S):.0%}"),
+                    (0.25, "why it cannot hide: TP's all-reduces are on the critical path"),
                 ),  # fmt: skip
             ),
             Problem(
@@ -79,14 +94,27 @@ so little compute, PP idles {SMALL[2]:.0%}: about even, PP ahead on any slower n
 **{T_LARGE[0]:.2f} s**, FSDP **{T_LARGE[1]:.2f} s** (FSDP's traffic is hidden, PP still pays {LARGE[2]:.1%}). So
 PP wins when the network is slow relative to a small step (small batch, slow links), FSDP when the step's compute
 is long enough to hide its traffic (large batch). The conventional "PP across nodes" holds when bandwidth,
-not the bubble, is the bottleneck. Grade the reasoning: bytes from the function, the bubble, and overlap.""",
+not the bubble, is the bottleneck.""",
+                given=(
+                    "70B",
+                    "80 layers",
+                    "h = 8192",
+                    "s = 4096",
+                    "microbatch 1",
+                    "4 nodes of 8",
+                    "m = 4",
+                    "m = 64",
+                    "989 TFLOP/s",
+                    "50% MFU",
+                    "50 GB/s",
+                ),
                 rubric=(
                     (0.5, "both byte counts for m = 4 and 64 (from the function, ±10%) and the bubbles"),
                     (
-                        0.5,
-                        "a verdict for each m argued from bubble vs exposed traffic (either verdict at m = 4 with a "
-                        "time estimate; FSDP or 'both fine, bubble costs PP' at m = 64)",
+                        0.25,
+                        "m = 4: a verdict with a time estimate (either verdict) weighing the bubble and the traffic",
                     ),
+                    (0.25, "m = 64: FSDP (its traffic hides), or 'both fine, the bubble costs PP'"),
                 ),
             ),
             Problem(
@@ -98,6 +126,7 @@ not the bubble, is the bottleneck. Grade the reasoning: bytes from the function,
 the GPU's 1/8 gradient shard over the 64 replicas crosses nodes: 2·63/64·(2Ψ/8) = **{num(HSDP_X / GB)} GB**
 ({FSDP_X / HSDP_X:.0f}× less). It pays in memory: model states sharded 8 ways instead of 512,
 **{MEM_HSDP:.1f} GB** per GPU instead of **{MEM_FSDP:.2f} GB** (16Ψ/8 vs 16Ψ/512).""",
+                given=("64 nodes of 8", "7B", "bf16 gradients"),
                 rubric=(
                     (0.5, f"≈ {num(FSDP_X / GB)} GB vs ≈ {num(HSDP_X / GB)} GB across nodes"),
                     (0.5, f"memory {MEM_HSDP:.0f} GB vs {MEM_FSDP:.2f} GB per GPU"),
@@ -116,7 +145,8 @@ coordinates and pp ± 1, i.e. rank ± tp (the tp size), not rank ± 1; rank ± 1
 to a rank of the same stage, shapes and schedules would not match, and the step would hang or compute garbage.""",
                 rubric=(
                     (0.5, "identical grads on tp ranks: replicated input and replicated output gradient"),
-                    (0.5, "p2p neighbours are ± the tp size (same dp, tp coordinates); ± 1 is a tp peer: hang/wrong"),
+                    (0.25, "p2p neighbours are ± the tp size apart (same dp and tp coordinates)"),
+                    (0.25, "rank ± 1 is a tp peer: a hang or wrong activations"),
                 ),
             ),
             Problem(

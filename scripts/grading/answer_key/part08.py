@@ -41,9 +41,11 @@ train that expert. A larger factor costs expert buffers of factor × T·k/E rows
 buffers are padded to capacity, and padded compute on GPUs (fixed-size batched matmuls). Dropless MoEs
 (MegaBlocks) give every expert exactly its tokens, so expert batch sizes vary: block-sparse / grouped GEMM kernels
 that take variable sizes.""",
+                given=("E = 64", "k = 2", "exponent 1", "1.0, 1.25, 2.0"),
                 rubric=(
                     (0.5, f"the three fractions (±2 points): {DROPS[1.0]:.0%}, {DROPS[1.25]:.0%}, {DROPS[2.0]:.0%}"),
-                    (0.5, "what drops lose; costs of a larger factor; why dropless needs variable-size kernels"),
+                    (0.25, "what a drop loses and what a larger factor costs"),
+                    (0.25, "why dropless needs variable-size kernels"),
                 ),
             ),
             Problem(
@@ -52,15 +54,19 @@ that take variable sizes.""",
                 1,
                 """Compute: the rank holding the 3× expert does 3× the expert FLOPs, and the combine all-to-all (a
 collective) cannot finish until it sends its results: every rank waits for it, so the expert phase takes ~3×
-a balanced one (the all-to-all bytes also grow for that rank: it receives 3× its share). The other W − 1 ranks
-idle for ~2/3 of the expert phase. The aux loss pushes the router toward uniform load (soft, over training,
+a balanced one; the all-to-all bytes also grow 3× for that rank (it receives 3× its share), and a phase lasts as
+long as its most loaded rank, so the whole step takes **≈ 3×** a balanced one. The other W − 1 ranks idle for
+~2/3 of it. The aux loss pushes the router toward uniform load (soft, over training,
 at some cost to the main loss); the capacity factor caps the damage per step at factor × the mean (dropping the
 excess). DeepSeek-V3's auxiliary-loss-free balancing adds a per-expert bias to the routing scores for the top-k
 *selection* only (not the gate weights), lowered for overloaded and raised for underloaded experts after each
 step: balance without an extra loss term fighting the language-model loss, and without drops.""",
+                given=("3× the mean",),
                 rubric=(
-                    (0.5, "≈ 3× the expert phase, all ranks wait at the combine all-to-all"),
-                    (0.5, "aux loss (soft, training-time), capacity (hard cap, drops), DeepSeek's selection bias"),
+                    (0.25, "≈ 3× a balanced step: both phases last as long as the 3× rank"),
+                    (0.25, "the others wait at the combine all-to-all, idle ~2/3 of the step"),
+                    (0.25, "aux loss (soft, over training) and capacity factor (hard cap, drops excess)"),
+                    (0.25, "DeepSeek-V3: a per-expert bias on the top-k selection only, adjusted each step"),
                 ),
             ),
             Problem(
@@ -76,8 +82,10 @@ summed over EP then over DP, /64). The EP group can be smaller than the DP group
 split; everything else replicates over 64. EP sits inside a node: its two all-to-alls per pass carry every
 token's activations and lie on the critical path, so they need NVLink bandwidth.""",
                 rubric=(
-                    (0.5, "groups: dense params over 64 /64; experts over their 8 replicas, /64 (W_ep · W_dp)"),
-                    (0.5, "why EP < DP is allowed, and all-to-all on the critical path → inside a node"),
+                    (0.25, "dense parameters: over all 64, divided by 64"),
+                    (0.25, "experts: over their 8 replicas, divided by 64 (W_ep · W_dp)"),
+                    (0.25, "why EP < DP is allowed"),
+                    (0.25, "the all-to-all is on the critical path, so EP stays inside a node"),
                 ),
                 wrong=("Dividing expert grads by 8 (the replicas): 8× too large. 0 of 0.5.",),
             ),
@@ -93,13 +101,15 @@ pass as §8.4's sketch does, {num(TP_TWO / 1e6)} MB, equal to EP's at k = 2. Bot
 rank ({num(EXPERT_BYTES / 1e6)} MB of bf16 parameters: one whole expert vs 1/8 of each). So bytes do not decide at
 k = 2; EP wins on compute (one large matmul per expert instead of d_ff/8 = {DFF // 8}-wide slices) and does not
 grow with E, TP on balance (no straggler expert).""",
+                given=("d = 6144", "d_ff = 16384", "E = 8", "k = 2", "4096 tokens per rank", "EP 8", "TP 8"),
                 rubric=(
                     (
                         0.5,
                         f"EP {num(EP_BYTES / 1e6)} MB and TP's count ({num(TP_ONE / 1e6)} or {num(TP_TWO / 1e6)} MB) "
                         "from the functions, with the all-reduces counted",
                     ),
-                    (0.5, "the comparison: similar bytes at k = 2; matmul size, imbalance, expert memory"),
+                    (0.25, "the comparison: similar bytes at k = 2"),
+                    (0.25, "one other difference: matmul size, load imbalance or expert memory"),
                 ),  # fmt: skip
             ),
         ),

@@ -58,9 +58,21 @@ SP **{nbytes(SP_BYTES)}**, CP 8 (`ring_attention_bytes_per_rank`) **{nbytes(CP_B
 ({SP_BYTES / CP_BYTES:.1f}× less, thanks to 8 KV heads of 64). Llama 3 combines them: TP + SP inside the node
 splits the weights and the matmuls (which CP does not: every CP rank holds the whole layer), CP across nodes
 splits the 128k sequence (attention's s² compute and the activations) with traffic that hides behind compute.""",
+                given=(
+                    "h = 8192",
+                    "64 query heads",
+                    "8 key/value heads",
+                    "head_dim 128",
+                    "s = 128k",
+                    "b = 1",
+                    "bf16",
+                    "TP = 8",
+                    "CP = 8",
+                ),
                 rubric=(
                     (0.5, "what each splits and communicates, critical path vs overlapped"),
-                    (0.5, f"≈ {nbytes(SP_BYTES)} vs ≈ {nbytes(CP_BYTES)}, and why combine (weights vs sequence)"),
+                    (0.25, f"≈ {nbytes(SP_BYTES)} against ≈ {nbytes(CP_BYTES)}"),
+                    (0.25, "why combine: TP + SP splits the weights, CP the sequence"),
                 ),
             ),
             Problem(
@@ -100,6 +112,7 @@ TFLOP/s bf16), a 400 Gb/s NIC (50 GB/s): c ≥ **{num(C_H100)}** tokens per rank
 (F ~ 50-200 GFLOP/s, W ~ 2-10 GB/s, float32 e = 4) c is a few tens of tokens, so the benchmark stops being
 communication bound at small s (s = c·N). A causal zigzag block computes half a tile on average: twice the c
 ({num(C_CAUSAL)} on the H100).""",
+                given=("your machine",),
                 rubric=(
                     (0.5, "the derivation"),
                     (0.5, "their F, W and c, the sequence length read from the benchmark, causal doubles c"),
@@ -115,6 +128,7 @@ log-sum-exp per query and head; the probabilities are recomputed per block in ba
 5·64·s/h = {5 * A * S // H}); with CP 8 `context_parallel_activation_memory_per_layer` gives **{nbytes(RING)}** per
 rank (34·sbh/8, no score term). Storing every step's s/N × s/N probabilities instead: N·(s/N)²·a·2 bytes =
 **{nbytes(PROBS)}** per rank per layer: impossible.""",
+                given=("s = 128k", "problem 1's 70B model", "b = 1", "CP = 8"),
                 rubric=(
                     (0.5, "what is kept (q, k, v, o, LSE) and recomputation"),
                     (0.5, f"≈ {nbytes(PART6)} vs ≈ {nbytes(RING)}, probabilities ≈ {nbytes(PROBS)}"),
@@ -133,7 +147,8 @@ previous layer or the Q projection). The all-gather wins when K/V are small rela
 attention: g = 8 of 64 heads makes K/V 1/8 of Q's size, so gathering them is cheap and fits), and it is simpler:
 arbitrary masks (document masking) and load balance with no ring schedule; Llama 3 chose it for this.""",
                 rubric=(
-                    (0.5, "bytes ≈ equal; memory full K/V vs two blocks; overlap per hop vs exposed"),
+                    (0.25, "bytes ≈ equal; memory: full K/V against two blocks"),
+                    (0.25, "the ring overlaps each hop, the all-gather is exposed"),
                     (0.5, "GQA makes K/V small, masks/simplicity: when all-gather is better"),
                 ),
             ),

@@ -82,6 +82,7 @@ slower of the busiest rank's own write and the filesystem's share:
 - ZeRO-1: rank 0 writes the bf16 weights and its optimizer slice, {num(ZERO1[0] / 1e9)} GB =
   **{seconds(ZERO1[1])}**; {_binds(*ZERO1)} binds. Balancing the replicated weights over the ranks (as DCP
   does) brings both DDP and ZeRO-1 down to FSDP's {seconds(max(FSDP[1], FSDP[2]))}.""",
+                given=("70B", "14 bytes per parameter", "1024 GPUs", "2 GB/s", "1 TB/s"),
                 rubric=(
                     (
                         0.5,
@@ -106,9 +107,11 @@ middle of one, so it touches {READ_ROW // BLOCK} blocks: it reads **{num(READ / 
 One checksum per saved box would force reading the whole box, {num(BOX / 1e6)} MB ({BOX / NEEDED:.0f}× what is
 needed), to verify it; no checksum reads exactly what is needed but loads a flipped or truncated byte
 silently into training.""",
+                given=("4096-byte", "(8192, 28672)", "bf16", "TP = 2", "TP = 4"),
                 rubric=(
                     (0.5, f"needed {num(NEEDED / 1e6)} MB and read {num(READ / 1e6)} MB in {ROWS} calls (±5%)"),
-                    (0.5, f"the whole box ({num(BOX / 1e6)} MB, 2×) with one checksum; silent corruption without"),
+                    (0.25, f"one checksum per box reads the whole box ({num(BOX / 1e6)} MB, 2×)"),
+                    (0.25, "no checksum: corruption loads silently"),
                 ),
                 wrong=("Splitting along rows (a column-parallel weight): one contiguous read, +0%: −0.5.",),
             ),
@@ -123,6 +126,7 @@ Synchronous: C = {seconds(SYNC_C)}, τ* = √(2CM) = {seconds(TAU_SYNC)}, goodpu
 Asynchronous: S = {seconds(STAGE)}, W = {seconds(SYNC_C)}, τ* = max(√(2SM), W) = {seconds(TAU_ASYNC)}, goodput
 **{GOOD_ASYNC:.3f}**. The gain is small here because FSDP's save is already short; the 600 s restart
 (R/M = {R / M:.3f}) dominates both, so faster restarts (spares, live recovery) are worth more.""",
+                given=("25 GB/s", "8 GPUs", "M = 11 135 s", "R = 600 s"),
                 rubric=(
                     (0.5, f"staging {seconds(STAGE)} and {num(8 * SHARD / 1e9)} / {num(16 * SHARD / 1e9)} GB pinned"),
                     (0.5, f"goodput {GOOD_SYNC:.3f} vs {GOOD_ASYNC:.3f} (±0.005) with the restart named as dominant"),
@@ -143,7 +147,8 @@ embedding's backward) or cuBLAS's split-K choices change summation order from ru
 size, unless deterministic algorithms are forced.""",
                 rubric=(
                     (0.5, "the list (RNG of every rank, sampler position, step, optimizer state) with ~KB per rank"),
-                    (0.5, "summation order / RNG streams at another size; one nondeterministic GPU kernel named"),
+                    (0.25, "at another size: summation order and RNG streams change"),
+                    (0.25, "one nondeterministic GPU kernel named"),
                 ),
                 wrong=("Only the model and optimizer state: 0 of the first 0.5.",),
             ),
@@ -179,12 +184,21 @@ lost with restarts, **{LOST_LIVE:.2%}** with live recovery. (c) Live recovery ne
 holding the same state: a failure that takes out every copy (a rack, a switch, correlated node failures), a
 corrupted state (a NaN, a bad step, a software bug) that every replica shares, and the planned interruptions
 (47 of the 466) all need a checkpoint on disk; so do evaluation and releasing the weights.""",
+                given=(
+                    "419 times in 54 days",
+                    "30 minutes",
+                    "30 s",
+                    "120 s",
+                    "60 s",
+                    "half an interval",
+                    "64 GPUs",
+                    "50 GB/s",
+                    "10 s",
+                ),
                 rubric=(
                     (0.5, f"{seconds(RESTART_COST)} and {seconds(LIVE_COST)} per failure (±10%)"),
-                    (
-                        0.5,
-                        f"~{LOST_RESTART:.0%} vs ~{LOST_LIVE:.1%} of the day, and one reason to keep checkpointing",
-                    ),
+                    (0.25, f"~{LOST_RESTART:.0%} against ~{LOST_LIVE:.1%} of the day"),
+                    (0.25, "one reason to keep checkpointing"),
                 ),
                 wrong=("Forgetting the half interval of lost work: 210 s, −0.25.",),
             ),
@@ -198,12 +212,11 @@ A real failure is then noticed at most T + 1 s = **~{NOTICE:.0f} s** after the l
 cost 419 × {NOTICE:.0f} s = **{CLUSTER_H:.1f} h** of the whole cluster
 ({num(CLUSTER_H * 16_384)} GPU-hours) instead of 419 × 10 min = **{NCCL_H:.1f} h**
 ({num(NCCL_H * 16_384)} GPU-hours) with NCCL's default.""",
+                given=("e^(-T/0.2 s)", "54-day", "16,384 ranks", "1 s heartbeats", "419 failures", "10-minute"),
                 rubric=(
                     (0.5, f"T ≈ {TIMEOUT:.1f} s (accept 5-6 s) from the count of rank-seconds"),
-                    (
-                        0.5,
-                        f"~{NOTICE:.0f} s to notice; ~{CLUSTER_H:.1f} h vs ~{NCCL_H:.0f} h of cluster time",
-                    ),
+                    (0.25, f"~{NOTICE:.0f} s to notice"),
+                    (0.25, f"~{CLUSTER_H:.1f} h against ~{NCCL_H:.0f} h of cluster time"),
                 ),
                 wrong=("Counting ranks but not seconds (T ≈ 1.9 s): a false alarm every few minutes; −0.5.",),
             ),
@@ -217,6 +230,7 @@ hardware). Better: uneven per-replica batches (1024 = 255 × 4 + 4: four replica
 averaged with weights by their sample counts), gradient accumulation so that each replica's microbatches add
 up to the same global batch, a slightly smaller global batch (1020) with the learning rate rescaled, or a hot
 spare node that takes the lost replica's place (Meta's answer).""",
+                given=("256 data-parallel replicas", "TP = 8", "1,024 sequences"),
                 rubric=((0.5, f"{NEW_WORLD} replicas, {1 - NEW_WORLD / 256:.0%} lost"), (0.5, "two ways to do better")),
                 wrong=("255 replicas (does not divide 1024): 0 of the first 0.5.",),
             ),
