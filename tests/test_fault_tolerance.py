@@ -32,6 +32,7 @@ from tests.oracles.fault_tolerance import (
     global_batch_for,
     live_recovery_rank,
     plan_restart_rank,
+    policy_rank,
     supervise_rank,
     uninterrupted,
 )
@@ -79,6 +80,10 @@ def test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failu
     )
     got = out["converted"][:3]
     assert got == (0, 1, 4), f"rank 0's PeerFailure: (rank, dead_rank, step) = {got}, expected (0, 1, 4)"
+    assert out["cause"] is not None and "Connection closed by peer" in out["cause"], (
+        f"rank 0's PeerFailure must be raised `from` the collective's error (its __cause__), so the traceback "
+        f"shows what the collective said; __cause__ is {out['cause']!r}"
+    )
     waiting_for = out["converted"][3]
     assert waiting_for == "the all-reduce of step 4", f"rank 0's PeerFailure has waiting_for={waiting_for!r}"
     assert out["passed_through"] == "ZeroDivisionError", (
@@ -88,6 +93,30 @@ def test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failu
     assert out["on_failure"][0] == "the gradient all-reduce of step 2", f"rank 0's on_failure got {out['on_failure']}"
     took = out["on_failure_took"]
     assert took < 0.3 + 1.5, f"rank 0's on_failure came {took:.2f} s after rank 1 fell silent (timeout 0.3 s)"
+
+
+@pytest.mark.task10_5
+def test_on_failure_is_called_once_and_only_while_the_main_thread_waits():
+    """The heartbeat thread calls ``on_failure`` only while the main thread is inside ``waiting`` (outside, the
+    next ``waiting`` or ``check`` raises in the main thread), and once per failure, not at every interval."""
+    (out,) = run_ranks(1, detector_rank, "on_failure", deadline=30)
+    me = "rank 0's detector (timeout 0.3 s, interval 0.02 s)"
+    assert out["outside"] == 0, (
+        f"{me}: on_failure was called {out['outside']} time(s) while the main thread waited for nothing; it is "
+        "for a main thread blocked inside `waiting` (JobRank.fail ends the process: a rank between two waits "
+        "would be killed instead of raising PeerFailure where it stands)"
+    )
+    assert out["next_wait"] == "PeerFailure", (
+        f"{me}: the main thread's next `waiting` after rank 1 fell silent raised {out['next_wait']}, expected a "
+        "PeerFailure in the main thread"
+    )
+    assert out["inside"] >= 1, f"{me}: blocked 1 s inside `waiting` while rank 1 fell silent: no on_failure"
+    assert out["inside"] == 1, (
+        f"{me}: on_failure was called {out['inside']} times during one blocked wait on one failure; once per "
+        "failure (the first call reports and ends the process; more would send more reports)"
+    )
+    took = out["first_took"]
+    assert took < 0.3 + 0.5, f"{me}: on_failure came {took:.2f} s after rank 1 fell silent (timeout 0.3 s)"
 
 
 # -- Task 10.5: the restart policy and the supervisor ------------------------------------------------
@@ -103,6 +132,51 @@ def test_restart_plan_takes_the_newest_committed_step_at_the_largest_dividing_wo
         step, got = out["plans"][(healthy, batch)]
         assert step == 2, f"steps 2 (committed), 4 (no commit marker), 6 (truncated file) on disk: resumed {step}"
         assert got == world, f"healthy={healthy}, global_batch={batch}: world size {got}, expected {world}"
+
+
+@pytest.mark.task10_5
+def test_supervise_uses_a_spare_up_once():
+    """Two attempts in a row lose rank 1, with one spare: the first restart keeps world 2 (the spare), the
+    second has no spare left and restarts at world 1."""
+    script = {"0": {"1": "die"}, "1": {"1": "die"}}
+    (out,) = run_ranks(1, policy_rank, 2, script, 1, deadline=30)
+    assert out["raised"] is None, f"supervise raised after two lost ranks and one spare:\n{out['raised']}"
+    assert out["attempts"] == [(2, 0), (2, 0), (1, 0)], (
+        f"(world size, start step) per attempt: {out['attempts']}; with spares=1, the first loss is replaced "
+        "(world 2) and the spare is then used up: the second loss leaves 1 healthy rank (world 1)"
+    )
+
+
+@pytest.mark.task10_5
+def test_supervise_reports_a_ranks_own_error_without_restarting():
+    """A rank that raises something other than PeerFailure has a bug: supervise raises RuntimeError with every
+    rank's outcome (the bug's traceback) and launches nothing more."""
+    (out,) = run_ranks(1, policy_rank, 2, {"0": {"1": "bug"}}, 1, deadline=30)
+    assert out["raised"] is not None, (
+        f"rank 1 raised ZeroDivisionError (its own bug), yet supervise returned: attempts {out['attempts']}; "
+        "a bug is not a failure, a restart would hit it again: raise RuntimeError with the outcomes"
+    )
+    assert out["raised"].startswith("RuntimeError") and "ZeroDivisionError" in out["raised"], (
+        f"supervise should raise RuntimeError showing rank 1's ZeroDivisionError, raised:\n{out['raised']}"
+    )
+    assert out["launched"] == [(0, 2, 0)], (
+        f"attempts launched (attempt, world size, start step): {out['launched']}; a rank's own error must not be "
+        "restarted (nor use up a spare): only attempt 0 should run"
+    )
+
+
+@pytest.mark.task10_5
+def test_the_failed_ranks_are_those_that_died_and_those_the_survivors_named():
+    """World 4, no spare: rank 3 dies, ranks 0 and 1 name rank 2 (which finished, but a survivor's word is
+    enough): failed = {2, 3}, so the restart runs on 2 ranks."""
+    script = {"0": {"3": "die", "0": "name:2", "1": "name:2"}}
+    (out,) = run_ranks(1, policy_rank, 4, script, 0, deadline=30)
+    assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
+    assert out["attempts"] == [(4, 0), (2, 0)], (
+        f"(world size, start step) per attempt: {out['attempts']}; rank 3 died without a report and ranks 0 and 1 "
+        "named rank 2 in their PeerFailure: the failed ranks are {2, 3} (the union, each counted once), leaving "
+        "2 healthy ranks"
+    )
 
 
 @pytest.mark.task10_5

@@ -99,6 +99,63 @@ def supervise_rank(ctx, world_size: int, config: dict, *, spares: int, fault: di
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def scripted_job(rank, config, start_step: int = 0) -> dict:
+    """A job without training, for the supervisor's policy: each rank of each attempt does what
+    ``<config.directory>/script.json`` says (``{"<attempt>": {"<rank>": action}}``, default ``"ok"``):
+    ``"ok"`` returns, ``"die"`` SIGKILLs itself, ``"bug"`` raises ZeroDivisionError (a rank's own error),
+    ``"name:<r>"`` raises ``PeerFailure`` naming rank r once every ``"ok"`` rank has returned (so the named
+    rank finished: it is failed only because a survivor says so). Rank 0 logs each attempt it ran."""
+    import json
+    import os
+    import signal as signals
+
+    folder = Path(config.directory)
+    script = json.loads((folder / "script.json").read_text())
+    actions = {int(r): a for r, a in script.get(str(rank.attempt), {}).items()}
+    action = actions.get(rank.rank, "ok")
+    if rank.rank == 0:
+        with open(folder / "attempts.log", "a") as log:
+            log.write(f"{rank.attempt} {rank.world_size} {start_step}\n")
+    if action == "die":
+        os.kill(os.getpid(), signals.SIGKILL)
+    if action == "bug":
+        1 / 0  # noqa: B018 - the rank's own bug
+    if action.startswith("name:"):
+        oks = [r for r in range(rank.world_size) if actions.get(r, "ok") == "ok"]
+        if oks:
+            rank.store.wait([f"returned/{r}" for r in oks])
+        from cs336_systems.launcher import PeerFailure  # given code: the staff's copy
+
+        raise PeerFailure(rank.rank, int(action[5:]), 0, "a scripted wait", "scripted: no heartbeat")
+    rank.store.set(f"returned/{rank.rank}", "1")
+    return {"attempt": rank.attempt, "world_size": rank.world_size}
+
+
+def policy_rank(ctx, world_size: int, script: dict, spares: int, max_restarts: int = 2) -> dict:
+    """``supervise(scripted_job, ...)`` on a script of actions per attempt and rank; what it launched (from
+    rank 0's log: attempt, world size, start step) and how it ended (its history, or what it raised)."""
+    import json
+
+    ft = ctx.load("fault_tolerance")
+    directory = tempfile.mkdtemp(prefix="cs336-ft-policy-")
+    try:
+        (Path(directory) / "script.json").write_text(json.dumps(script))
+        cfg = ft.TrainConfig(directory=directory)
+        out: dict = {"raised": None, "attempts": None}
+        try:
+            history = ft.supervise(scripted_job, cfg, world_size=world_size, spares=spares,
+                                   max_restarts=max_restarts, deadline=20.0, grace=2.0)  # fmt: skip
+            out["attempts"] = [(a.world_size, a.start_step) for a in history.attempts]
+        except Exception as exc:  # noqa: BLE001 - what supervise raised is the result
+            out["raised"] = f"{type(exc).__name__}: {exc}"
+        log = Path(directory) / "attempts.log"
+        out["launched"] = [tuple(int(x) for x in line.split()) for line in log.read_text().splitlines()] if (
+            log.exists()) else []  # fmt: skip
+        return out
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def describe(summary: dict) -> str:
     """What the supervised job did, attempt by attempt, rank by rank: the text of a failed check."""
     if "raised" in summary:
@@ -233,6 +290,38 @@ def detector_rank(ctx, scenario: str) -> dict:
         out["dead"] = det.failed_peer()
         out["dead_took"] = time.monotonic() - noticed
         det.stop()
+    elif scenario == "on_failure":  # peer 1 falls silent outside any wait, then (another store) inside one
+        calls: list = []
+
+        def on_failure(failure) -> None:
+            calls.append(time.monotonic())
+
+        beater = threading.Thread(target=_beat_forever, args=(store, 1, 0, stop), daemon=True)
+        beater.start()
+        det = ft.FailureDetector(store, 0, 2, interval=0.02, timeout=0.3, on_failure=on_failure).start()
+        stop.set()
+        beater.join()
+        time.sleep(0.8)  # rank 1 has failed for 0.5 s, but this rank waits for nothing
+        out["outside"] = len(calls)
+        try:
+            with det.waiting("the next wait"):
+                pass
+            out["next_wait"] = None
+        except Exception as exc:  # noqa: BLE001
+            out["next_wait"] = type(exc).__name__
+        det.stop()
+        store, stop, calls = dist.HashStore(), threading.Event(), []
+        beater = threading.Thread(target=_beat_forever, args=(store, 1, 0, stop), daemon=True)
+        beater.start()
+        det = ft.FailureDetector(store, 0, 2, interval=0.02, timeout=0.3, on_failure=on_failure).start()
+        time.sleep(0.1)
+        with det.waiting("the gradient all-reduce of step 0"):
+            stop.set()
+            silent_from = time.monotonic()
+            time.sleep(1.0)  # blocked: rank 1 fails after 0.3 s, then 35 intervals of the heartbeat thread
+        out["inside"] = len(calls)
+        out["first_took"] = calls[0] - silent_from if calls else None
+        det.stop()
     else:  # waiting: an error with a healthy peer, an error after a death, a body blocked on a silent peer
         beater = threading.Thread(target=_beat_forever, args=(store, 1, 4, stop), daemon=True)
         beater.start()
@@ -250,6 +339,8 @@ def detector_rank(ctx, scenario: str) -> dict:
         except Exception as exc:  # noqa: BLE001
             if type(exc).__name__ == "PeerFailure":
                 out["converted"] = (exc.rank, exc.dead_rank, exc.step, exc.waiting_for)
+                cause = exc.__cause__
+                out["cause"] = None if cause is None else f"{type(cause).__name__}: {cause}"
             else:
                 out["converted_other"] = f"{type(exc).__name__}: {exc}"
         det.stop()
