@@ -320,7 +320,7 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
     if me == 0:
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
     _all_gather_object(None, group, world)  # the folder exists and is empty from here on
     # Write this rank's boxes, then its objects, into one file (temporary name, fsync, rename).
     chunks, entries, offset = [], [], 0

@@ -49,7 +49,7 @@ class FsRecorder:
     """Log every filesystem change under ``root`` made by this process (all threads) while active.
 
     ``log``: a list of plain tuples ``(time_ns, rank, op, *args)`` with paths relative to ``root``:
-        ("open", path, inode, truncated)   a file opened for writing (created, or truncated when truncated)
+        ("open", path, inode, truncated, created)   a file opened for writing (new, or truncated, or neither)
         ("write", inode, nbytes)           bytes handed to a file object (not durable by themselves)
         ("fsync", inode, data)             the file's whole content at the fsync, now durable
         ("fsync_dir", path)                a folder fsync-ed (no effect under the rule above)
@@ -117,16 +117,17 @@ class FsRecorder:
             rel = None if isinstance(file, int) or not any(c in mode for c in "wax+") else rec._rel(file)
             if rel is None:
                 return real_open(file, mode, *args, **kwargs)
+            created = not os.path.exists(file)
             f = real_open(file, mode, *args, **kwargs)
-            rec._add("open", rel, os.fstat(f.fileno()).st_ino, "w" in mode)
+            rec._add("open", rel, os.fstat(f.fileno()).st_ino, "w" in mode, created)
             return File(f, os.fstat(f.fileno()).st_ino)
 
         def os_open(path, flags, mode=0o777, *, dir_fd=None):
+            rel = rec._rel(path, dir_fd) if flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR) else None
+            created = rel is not None and not os.path.lexists(os.path.join(rec.root, rel))
             fd = real["open"](path, flags, mode, dir_fd=dir_fd)
-            if flags & os.O_CREAT or flags & (os.O_WRONLY | os.O_RDWR):
-                rel = rec._rel(path, dir_fd)
-                if rel is not None and not stat.S_ISDIR(os.fstat(fd).st_mode):
-                    rec._add("open", rel, os.fstat(fd).st_ino, bool(flags & os.O_TRUNC))
+            if rel is not None and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                rec._add("open", rel, os.fstat(fd).st_ino, bool(flags & os.O_TRUNC), created)
             return fd
 
         def sync(which):
@@ -185,11 +186,13 @@ class FsRecorder:
 
 @dataclass
 class Disk:
-    """What a disk holds: folders, and per file name its inode; per inode its durable bytes."""
+    """What a disk holds: folders, and per file name its file; per file its durable bytes. A file is
+    ``(inode, generation)``: the kernel reuses the inode number of a removed file for a new one."""
 
     dirs: set = field(default_factory=set)
-    names: dict = field(default_factory=dict)  # path -> inode
-    durable: dict = field(default_factory=dict)  # inode -> bytes
+    names: dict = field(default_factory=dict)  # path -> file
+    durable: dict = field(default_factory=dict)  # file -> bytes
+    current: dict = field(default_factory=dict)  # inode -> its file now
 
     def files(self) -> dict[str, bytes]:
         return {p: self.durable.get(i, b"") for p, i in self.names.items()}
@@ -201,16 +204,20 @@ class Disk:
         """Apply one logged operation; True when what survives a crash changed."""
         kind, args = op[2], op[3:]
         if kind == "open":
-            path, ino, truncated = args
-            before = (self.names.get(path), self.durable.get(ino))
-            self.names[path] = ino
-            if truncated or ino not in self.durable:
-                self.durable[ino] = b""
-            return before != (ino, self.durable[ino])
+            path, ino, truncated, created = args
+            if created or ino not in self.current:
+                self.current[ino] = (ino, len(self.durable))
+            fid = self.current[ino]
+            before = (self.names.get(path), self.durable.get(fid))
+            self.names[path] = fid
+            if truncated or fid not in self.durable:
+                self.durable[fid] = b""
+            return before != (fid, self.durable[fid])
         if kind == "fsync":
             ino, data = args
-            changed = self.durable.get(ino) != data
-            self.durable[ino] = data
+            fid = self.current.setdefault(ino, (ino, len(self.durable)))
+            changed = self.durable.get(fid) != data
+            self.durable[fid] = data
             return changed
         if kind == "rename":
             src, dst = args
@@ -248,7 +255,8 @@ def snapshot(root) -> Disk:
             disk.dirs.add(rel)
         elif path.is_file():
             ino = path.stat().st_ino
-            disk.names[rel], disk.durable[ino] = ino, path.read_bytes()
+            disk.current[ino] = (ino, len(disk.durable))
+            disk.names[rel], disk.durable[disk.current[ino]] = disk.current[ino], path.read_bytes()
     return disk
 
 
@@ -284,7 +292,7 @@ def describe(op: tuple | None) -> str:
 def crash_states(before: Disk, log: list[tuple]) -> list[CrashState]:
     """The distinct disks a power loss during the logged operations can leave, in log order (the first:
     before any operation; the last: after all of them)."""
-    disk = Disk(set(before.dirs), dict(before.names), dict(before.durable))
+    disk = _copy(before)
     states = [CrashState(0, None, _copy(disk))]
     seen = {disk.key()}
     for i, op in enumerate(log):
@@ -298,14 +306,23 @@ def crash_states(before: Disk, log: list[tuple]) -> list[CrashState]:
 
 def final_disk(before: Disk, log: list[tuple]) -> Disk:
     """The disk after every logged operation, with everything durable that was fsync-ed."""
-    disk = Disk(set(before.dirs), dict(before.names), dict(before.durable))
+    disk = _copy(before)
     for op in log:
         disk.apply(op)
     return disk
 
 
+def finished(before: Disk, log: list[tuple], root) -> Disk:
+    """The disk once the save returned: the names of the whole log, each file with the bytes it holds now
+    (read back from ``root``, durable or not): what every name must hold once in place."""
+    disk, now = final_disk(before, log), snapshot(root).files()
+    disk.durable = {fid: now[path] for path, fid in disk.names.items() if path in now}
+    disk.names = {path: fid for path, fid in disk.names.items() if path in now}
+    return disk
+
+
 def _copy(disk: Disk) -> Disk:
-    return Disk(set(disk.dirs), dict(disk.names), dict(disk.durable))
+    return Disk(set(disk.dirs), dict(disk.names), dict(disk.durable), dict(disk.current))
 
 
 def materialize(disk: Disk, folder) -> Path:
@@ -325,7 +342,7 @@ def materialize(disk: Disk, folder) -> Path:
 
 def broken_promises(state: CrashState, after: Disk, step_dir: str, marker: str = "COMMITTED") -> list[str]:
     """What ``state`` shows the save got wrong, judged against ``after`` (the disk once the save returned,
-    ``snapshot(root)``), for the files of ``step_dir`` (§10.1, steps 2 and 3):
+    ``finished``), for the files of ``step_dir`` (§10.1, steps 2 and 3):
 
     * a name never points at a half-written file: a file of the finished save that is already in place
       (its final inode under its final name) holds its final bytes (data fsync-ed before the rename);
@@ -433,7 +450,7 @@ def check_power_loss(world_size: int, tmp_path: Path, scheme: str, *, every: boo
         seeds[step] = [2, 3]
     before = snapshot(root)
     log = merge(run_ranks(world_size, recorded_save_rank, str(root), scheme, step, 2))
-    after = snapshot(root)
+    after = finished(before, log, root)
     step_dir = f"step_{step:08d}"
     assert any(op[2] == "rename" for op in log), (
         "the save made no os.replace/os.rename under the checkpoint folder: write every file under a "

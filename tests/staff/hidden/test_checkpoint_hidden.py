@@ -25,6 +25,7 @@ from tests.oracles.checkpoint import (
     rank_state,
     save_rank,
 )
+from tests.oracles.power_loss import check_power_loss
 
 
 def _fsdp_model():
@@ -170,3 +171,19 @@ def test_a_rank_killed_at_any_file_operation_of_a_save_leaves_the_previous_check
             for r, (_, _, boxes) in enumerate(outs):
                 for key, want in expected_boxes("zero", r, world_size, seed=1).items():
                     assert_close(boxes[key], want, rtol=0, atol=0, what=f"{where}: rank {r}, {key!r}")
+
+
+@pytest.mark.task10_1
+@pytest.mark.parametrize("scheme", ["zero", "tp"])
+def test_a_power_loss_after_any_operation_of_a_save_leaves_a_committed_checkpoint(world_size, tmp_path, scheme):
+    """A power loss after EVERY operation of a save (unsynced data lost), ZeRO and DP x TP layouts: no name points at
+    a half-written file, the marker is the last change, latest_checkpoint returns 1 or 2 and it loads and verifies."""
+    scheme = f"tp{max(world_size // 2, 1)}" if scheme == "tp" else scheme
+    assert check_power_loss(world_size, tmp_path, scheme, every=True) >= 2
+
+
+@pytest.mark.task10_1
+def test_a_power_loss_while_an_older_save_of_the_step_is_replaced(world_size, tmp_path):
+    """An older committed save of step 2 is on disk when step 2 is saved again: after a power loss at any operation,
+    what latest_checkpoint returns verifies and loads exactly one save's values (the old folder is removed first)."""
+    check_power_loss(world_size, tmp_path, "fsdp", every=True, leftover=True)

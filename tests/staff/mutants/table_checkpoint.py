@@ -7,9 +7,10 @@ Collected by tests/staff/mutants/table.py with its own rows (the older checkpoin
 
 from __future__ import annotations
 
-from tests.staff.mutants.table import CKPT, Mutant
+from tests.staff.mutants.table import CKPT, CKPT_HIDDEN, Mutant
 
 POWER_LOSS = "power_loss_during_a_save"
+POWER_LOSS_OLDER = "power_loss_while_an_older_save"
 
 MUTANTS = [
     # -- crash consistency and durability (the simulated power loss) --
@@ -19,7 +20,10 @@ MUTANTS = [
         "each file is renamed to its final name right after its writes, and fsync-ed only then",
         old="        f.flush()",
         new="        f.flush()\n        os.replace(tmp, path)\n        tmp = path  # already in place",
-        caught_by=CKPT(POWER_LOSS, "must never point at a half-written file"),
+        caught_by=(
+            CKPT(POWER_LOSS, "must never point at a half-written file"),
+            CKPT_HIDDEN("power_loss_after_any", "must never point at a half-written file"),
+        ),
     ),
     Mutant(
         "checkpoint_marker_before_metadata",
@@ -27,6 +31,17 @@ MUTANTS = [
         "rank 0 puts the COMMITTED marker in place before metadata.json",
         old="((_METADATA, raw), (COMMIT_MARKER, marker))",
         new="((COMMIT_MARKER, marker), (_METADATA, raw))",
-        caught_by=CKPT(POWER_LOSS, "must be the save's last change"),
+        caught_by=(
+            CKPT(POWER_LOSS, "must be the save's last change"),
+            CKPT_HIDDEN("power_loss_after_any", "must be the save's last change"),
+        ),
+    ),
+    Mutant(
+        "checkpoint_keeps_an_older_folder_of_the_step",
+        "checkpoint",
+        "a folder of the same step left by an older save is written into, not removed first",
+        old="        if folder.exists():",
+        new="        if False:",
+        caught_by=CKPT_HIDDEN(POWER_LOSS_OLDER, "which fails verify_checkpoint"),
     ),
 ]
