@@ -22,7 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # The graded modules, in part order (the autograder reads this very list).
 PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "fsdp", "tensor_parallel", "pipeline", "accounting",
-                "mesh", "expert_parallel", "context_parallel", "checkpoint", "fault_tolerance")  # fmt: skip
+                "mesh", "expert_parallel", "context_parallel", "checkpoint", "fault_tolerance",
+                "parallelize")  # fmt: skip
 # The given modules of cs336_systems: shipped to students, never graded (the grader always uses its copies).
 GIVEN_MODULES = ("__init__", "models", "utils", "launcher")
 MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; the grader refuses larger ones
