@@ -34,6 +34,8 @@ STAFF_ONLY = (
     StaffPath("tests/staff/test_stubs.py", "stubs", grading=False),  # stubs generated from the reference, current
     StaffPath("tests/staff/test_benchmarks.py", "benchmarks", grading=False),  # runs scripts/bench/ on the reference
     StaffPath("tests/staff/test_figures.py", "figures", grading=False),  # handout images vs scripts/figures/
+    StaffPath("tests/staff/test_answer_key.py", "answer_key", grading=False),  # the key vs the reference
+    StaffPath("tests/staff/test_kit_links.py", "kit_links", grading=False),  # kits: links, commands, leftovers
     # A second implementation (the reference's work, its own bad-input wording) and its test.
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
