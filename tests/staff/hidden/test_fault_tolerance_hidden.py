@@ -6,7 +6,9 @@ The public checks in other situations: rank 0 (the rank that commits checkpoints
 size; a rank killed just before a save, so the survivors are waiting in the checkpoint when they notice
 and the restart goes back one commit; FSDP frozen with SIGSTOP at world 3, restarting at 2; live recovery
 of rank 0 (its source is rank 1) at world 3, and on two replica sub-groups of a world of 4 ({0, 2} and
-{1, 3}: rank 2 recovers from rank 0, and group {1, 3} does not communicate).
+{1, 3}: rank 2 recovers from rank 0, and group {1, 3} does not communicate); the supervisor's policy on other
+scripts of losses (two spares used up over three losses, a bug beside a PeerFailure, a rank both dead and
+named at world 6).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tests.oracles.fault_tolerance import (
     check_survivors_noticed,
     describe,
     live_recovery_rank,
+    policy_rank,
     supervise_rank,
     uninterrupted,
 )
@@ -79,3 +82,42 @@ def test_live_recovery_within_a_replica_sub_group():
     carries on without a message."""
     outs = run_ranks(4, live_recovery_rank, 2, 2, 2, [[0, 2], [1, 3]], deadline=30)
     check_live_recovery(outs, replaced=2, healthy=0, steps_before=2, steps_after=2)
+
+
+# -- the supervisor's policy (scripted jobs without training: tests/oracles/fault_tolerance.py scripted_job) --
+
+
+@pytest.mark.task10_5
+def test_two_spares_replace_two_losses_and_the_third_shrinks():
+    """World 3, two spares, a rank lost in each of three attempts: worlds 3, 3, 3, then 2 (both spares used up)."""
+    script = {"0": {"2": "die"}, "1": {"0": "die"}, "2": {"1": "die"}}
+    (out,) = run_ranks(1, policy_rank, 3, script, 2, 3, deadline=30)
+    assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
+    assert out["attempts"] == [(3, 0), (3, 0), (3, 0), (2, 0)], (
+        f"(world size, start step) per attempt: {out['attempts']}; two spares replace the first two losses and "
+        "are then used up: the third loss leaves 2 healthy ranks"
+    )
+
+
+@pytest.mark.task10_5
+def test_a_bug_beside_a_peer_failure_is_reported_not_restarted():
+    """World 3: rank 2 raises its own error while rank 0 reports a PeerFailure naming rank 1: still a bug."""
+    (out,) = run_ranks(1, policy_rank, 3, {"0": {"2": "bug", "0": "name:1"}}, 1, deadline=30)
+    assert out["raised"] is not None and "ZeroDivisionError" in out["raised"], (
+        f"rank 2 raised ZeroDivisionError beside rank 0's PeerFailure; supervise must raise (a bug: a restart would "
+        f"hit it again), got attempts {out['attempts']}, raised {out['raised']!r}"
+    )
+    assert out["launched"] == [(0, 3, 0)], f"launched {out['launched']}: a bug must not be restarted"
+
+
+@pytest.mark.task10_5
+def test_failed_ranks_at_world_six_count_a_dead_and_named_rank_once():
+    """World 6, no spare: rank 5 dies, rank 0 names rank 4 (finished), rank 1 names rank 5 (dead): failed
+    {4, 5}, the restart at world 4 (which divides the batch of 12)."""
+    script = {"0": {"5": "die", "0": "name:4", "1": "name:5"}}
+    (out,) = run_ranks(1, policy_rank, 6, script, 0, deadline=30)
+    assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
+    assert out["attempts"] == [(6, 0), (4, 0)], (
+        f"(world size, start step) per attempt: {out['attempts']}; the failed ranks are the union of the dead "
+        "{5} and the named {4, 5}, each counted once: 4 healthy ranks"
+    )

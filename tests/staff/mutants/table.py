@@ -1742,12 +1742,9 @@ MUTANTS = [
         "a collective's error on a peer's death goes through as it is, not as a PeerFailure naming the peer",
         old="            raise PeerFailure(self.rank, found[0], found[1], what, found[2]) from error",
         new="            raise",
-        caught_by=(
-            FT("::test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure", "not a PeerFailure"),
-            FT(
-                "::test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commit[w2]",
-                "failed with an error, not a lost rank",
-            ),
+        # Only the unit test: in a real job the heartbeat thread's on_failure races the main thread's raise.
+        caught_by=FT(
+            "::test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure", "not a PeerFailure"
         ),
     ),
     Mutant(
