@@ -234,9 +234,130 @@ def _rewrite_headings(text: str, rubric: Rubric, number: int) -> str:
     return "".join(out)
 
 
+AUTOGRADED_HEADING = re.compile(r"^(## .*?\()\d+( autograded\).*)$", re.M)  # "## ... (12 autograded)"
+
+
+def autograded(rubric: Rubric, number: int) -> float:
+    return sum(p.points + p.hidden_points for p in rubric.parts.values() if p.number == number)
+
+
+# -- numbers in the guide and the README, generated -------------------------------------------------------------
+
+INLINE = re.compile(r"<!--=(\w+)-->(.*?)<!--/-->")  # <!--=autograded-->164<!--/-->: the value between is generated
+REGION = re.compile(r"(<!-- (\w+):begin -->\n)(.*?)(<!-- \2:end -->)", re.S)
+WORKLOAD = re.compile(r"^\*\*Workload:\*\* about (\d+(?:\.\d+)?) hours", re.M)
+WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+# The README's assignments: (assignment, the parts text, each alternative's parts, what the row adds in words).
+# Hours are the sums of the handouts' Workload lines; given code comes from scripts/grading/subset.py.
+ASSIGNMENTS = (
+    ("1 week", "2 + 6 (DDP, accounting) — or 1 alone", ((2, 6), (1,))),
+    ("2 weeks", "1 + 2 + 6 (collectives, DDP, accounting) — or 2 + 3 + 6", ((1, 2, 6), (2, 3, 6))),
+    ("3 weeks", "1 + 2 + 3 (+ 6) — or 2 + 3 + 4 + 6", ((1, 2, 3), (1, 2, 3, 6), (2, 3, 4, 6))),
+    ("3 weeks, advanced", "4 + 5 + 7 (TP, pipeline, composing them)", ((4, 5, 7),)),
+    ("2 weeks, reliability", "10 (checkpoints, restarts, live recovery)", ((10,),)),
+    ("a term", "parts 1-10, as five assignments (1-2, 3-4 + 6, 5 + 7, 8-9, 10)", (tuple(range(1, 11)),)),
+)
+
+
+def workload_hours() -> dict[int, float]:
+    """{part: hours} from each handout's ``**Workload:** about N hours`` line."""
+    hours = {}
+    for path in sorted((ROOT / "handouts").glob("[0-9][0-9]-*.md")):
+        m = WORKLOAD.search(path.read_text())
+        if m:
+            hours[int(path.name[:2])] = float(m.group(1))
+    return hours
+
+
+def numbers(rubric: Rubric) -> dict[str, str]:
+    """The guide's inline numbers: what ``<!--=name-->`` stands for."""
+    parts = sorted({p.number for p in rubric.parts.values()})
+    return {
+        "parts": WORDS[len(parts)] if len(parts) < len(WORDS) else str(len(parts)),
+        "autograded": _fmt(sum(p.points + p.hidden_points for p in rubric.parts.values())),
+        "public": _fmt(sum(p.points for p in rubric.parts.values())),
+        "hidden": _fmt(sum(p.hidden_points for p in rubric.parts.values())),
+        "written": _fmt(sum(w.points for w in rubric.written)),
+        "budget_total": _fmt(sum(p.budget_s for p in rubric.parts.values())),
+        "timeout": _fmt(2400),
+    }
+
+
+def budget_table(rubric: Rubric) -> str:
+    by_part: dict[int, list] = {}
+    for p in rubric.parts.values():
+        by_part.setdefault(p.number, []).append(p)
+    lines = ["| part | module(s) | budget |", "|---|---|---:|"]
+    for number, ps in sorted(by_part.items()):
+        budgets = {_fmt(p.budget_s) for p in ps}
+        budget = f"{budgets.pop()} s" + (" each" if len(ps) > 1 else "") if len(budgets) == 1 else ", ".join(
+            f"{_fmt(p.budget_s)} s" for p in ps)  # fmt: skip
+        lines.append(f"| {number} | {', '.join(p.name for p in ps)} | {budget} |")
+    total = sum(p.budget_s for p in rubric.parts.values())
+    lines.append(f"| all | {len(rubric.parts)} entries | **{_fmt(total)} s** (+ one test's overrun per part), under "
+                 "`--timeout` 2400 s |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _hours(parts, hours: dict[int, float]) -> float:
+    return sum(hours.get(p, 0) for p in parts)
+
+
+def hours_table(hours: dict[int, float]) -> str:
+    from scripts.grading import subset
+
+    owner = subset.module_parts()
+    lines = ["| assignment | parts | hours | given code (`--parts` ships it) |", "|---|---|---|---|"]
+    for name, text, alternatives in ASSIGNMENTS:
+        sums = sorted({_hours(a, hours) for a in alternatives})
+        span = f"~{_fmt(sums[0])}" if len(sums) == 1 else f"~{_fmt(sums[0])}-{_fmt(sums[-1])}"
+        given = sorted(subset.given_modules(frozenset(alternatives[0])), key=lambda m: (owner[m], m))
+        by = {}
+        for m in given:
+            by.setdefault(owner[m], []).append(f"`{m}`")
+        words = "; ".join(f"part {n}: {', '.join(ms)}" for n, ms in by.items()) or "none"
+        lines.append(f"| {name} | {text} | {span} | {words} |")
+    per = ", ".join(f"{n} ≈ {_fmt(h)} h" for n, h in sorted(hours.items()))
+    lines += ["", f"Per part (each handout's `**Workload:**` line): {per}; the hours above are their sums."]
+    return "\n".join(lines) + "\n"
+
+
+def generated_docs(rubric: Rubric) -> dict[Path, str]:
+    """{path: its text with every generated number and region rewritten} for the guide and the README."""
+    values = numbers(rubric)
+    regions = {"budgets": budget_table(rubric), "hours": hours_table(workload_hours())}
+    out = {}
+    for path in (ROOT / "handouts" / "grading.md", ROOT / "README.md"):
+        if not path.exists():
+            continue
+        text = path.read_text()
+        new = INLINE.sub(lambda m: f"<!--={m[1]}-->{values.get(m[1], m[2])}<!--/-->", text)
+        new = REGION.sub(lambda m: m[1] + regions.get(m[2], m[3]) + m[4] if m[2] in regions else m[0], new)
+        out[path] = new
+    return out
+
+
+def doc_problems(rubric: Rubric) -> list[str]:
+    """Inline names the generator does not know (a typo would freeze a number)."""
+    values = numbers(rubric)
+    found = []
+    for path in (ROOT / "handouts" / "grading.md", ROOT / "README.md"):
+        if path.exists():
+            found += [f"{path.relative_to(ROOT)}: <!--={m[1]}--> is not a generated number ({', '.join(values)})"
+                      for m in INLINE.finditer(path.read_text()) if m[1] not in values]  # fmt: skip
+    return found
+
+
 def sync(rubric: Rubric, write: bool) -> list[str]:
-    """Rewrite (or check) each handout's block and headings; handouts without markers are skipped."""
+    """Rewrite (or check) each handout's block and headings, the guide's and the README's generated numbers;
+    handouts without markers are skipped."""
     stale = []
+    for path, new in generated_docs(rubric).items():
+        if new != path.read_text():
+            stale.append(f"{path.relative_to(ROOT)}: a generated number or table disagrees with the rubric or the "
+                         "handouts' Workload lines")  # fmt: skip
+            if write:
+                path.write_text(new)
     for number in sorted({p.number for p in rubric.parts.values()}):
         path = handout_of(number)
         if path is None or BEGIN not in path.read_text():
@@ -244,6 +365,8 @@ def sync(rubric: Rubric, write: bool) -> list[str]:
         text, table = path.read_text(), block(rubric, number)
         new = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _, table=table: table, text, flags=re.S)
         new = _rewrite_headings(new, rubric, number)
+        total = _fmt(autograded(rubric, number))
+        new = AUTOGRADED_HEADING.sub(lambda m, total=total: f"{m[1]}{total}{m[2]}", new)
         if new != text:
             stale.append(f"{path.relative_to(ROOT)}: points block or headings disagree with the rubric")
             if write:
@@ -269,7 +392,7 @@ def main() -> int:
         print("\n".join(f"rewrote {s.split(':')[0]}" for s in stale) or "handouts already current")
         return 0
     if args.check:
-        errors = problems(rubric, collect_items()) + stale
+        errors = problems(rubric, collect_items()) + doc_problems(rubric) + stale
         for e in errors:
             print(f"FAIL: {e}", file=sys.stderr)
         return 1 if errors else 0
