@@ -1,0 +1,212 @@
+"""Grading a crafted submission from a staff test, and the hostile submissions that bundle several attacks.
+
+A grade costs seconds of startup (the grader, pytest, torch in the ranks) before a test runs, so one hostile
+submission carries several attacks, each in a different function or caller that exactly one graded test
+reaches, and each attack's effect is asserted from that one grade's entry for its test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
+
+REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_text()
+ACCOUNTING = (REPO / "reference_solutions" / "accounting.py").read_text()  # part 1's task 1.7 cost model is there
+CONTROL = "test_broadcast_copies_src_tensor_to_every_rank"  # untouched in every bundle: must keep full marks
+CONTROL_SELECT = "(broadcast_copies_src_tensor_to_every_rank and float32 and first)"
+
+
+@dataclass
+class Graded:
+    results: dict
+    seconds: float
+    proc: subprocess.CompletedProcess
+
+    @property
+    def by_name(self) -> dict:
+        return {t["name"]: t for t in self.results["tests"]}
+
+
+def grade(folder: Path, modules: dict[str, str], *, parts: str, select: str | None = None, world_sizes: str = "2",
+          deadline: float = 6, test_timeout: float = 40, timeout: float = 120, memory_mb: int | None = 3000,
+          extra: tuple[str, ...] = (), shell_prefix: str = "", wait: float = 300) -> Graded:  # fmt: skip
+    """Grade ``modules`` (name -> source, placed in ``cs336_systems/``) through ``python -m scripts.grading``.
+    ``shell_prefix``: shell commands run before the grader in the same shell (e.g. ``ulimit``)."""
+    sub = folder / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    for name, source in modules.items():
+        (sub / f"{name}.py").write_text(source)
+    out = folder / "results.json"
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts", parts,
+           "--world-sizes", world_sizes, "--deadline", str(deadline), "--test-timeout", str(test_timeout),
+           "--timeout", str(timeout), *(("--select", select) if select else ()),
+           *(("--memory-mb", str(memory_mb)) if memory_mb else ()), *extra]  # fmt: skip
+    env = grader_env()
+    env["CS336_FAKE_OUT"] = str(out)  # a submission that finds this path may try to write its own results
+    if shell_prefix:
+        cmd = ["bash", "-c", f'{shell_prefix} && exec "$@"', "grade", *cmd]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=wait)
+    seconds = time.monotonic() - start
+    assert out.exists(), f"the grader wrote no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    return Graded(json.loads(out.read_text()), seconds, proc)
+
+
+def leftover_sleepers() -> list[str]:
+    """Processes the orphan attack started (``sleep 1000.5``) that are still alive."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "sleep 1000.5" in line]
+
+
+# -- the attacks ------------------------------------------------------------------------------------------
+# Each attack is the body of a function of collectives.py (``tensor``, ``dist`` and ``os`` in scope), the text
+# its test's output must show (or one of several), and, for "monkeypatch_torch", code run at import.
+
+ATTACKS: dict[str, tuple[str, str | tuple[str, ...]]] = {
+    "infinite_loop": ("while True:\n    pass\n", "hung: no answer within"),
+    "deadlock": ("if dist.get_rank() == 0:\n    dist.recv(tensor, src=1)\n", "hung"),
+    "os_exit": ("import os\nos._exit(0)\n", "exited with code 0"),
+    "segfault": ("import ctypes\nctypes.string_at(0)\n", "SIGSEGV"),
+    "fake_summary": (
+        "print('=== 99 passed in 0.1s ===')\nprint('{\"score\": 100}')\ntensor.zero_()\n",
+        "elements differ",
+    ),  # fmt: skip
+    "monkeypatch_torch": ("tensor.add_(1)\n", "elements differ"),  # and MONKEYPATCH, at import
+    "import_reference": (
+        "from reference_solutions.collectives import all_reduce as ar\nar(tensor)\n",
+        "not available to submissions",
+    ),  # fmt: skip
+    "big_output": (
+        "import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+        "raise RuntimeError('after 100 MB')\n",
+        "File too large",
+    ),  # fmt: skip
+    # Reaching the cap means writing ~3 GB: on a loaded machine the deadline may come first.
+    "memory_hog": (
+        "hog = []\nwhile True:\n    hog.append(bytearray(1 << 29))\n",
+        ("MemoryError", "hung: no answer within"),
+    ),  # fmt: skip
+    "orphan_process": (
+        "import subprocess\nsubprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    os.execvp('sleep', ['sleep', '1000.5'])\n"
+        "tensor.zero_()\n",
+        "elements differ",
+    ),  # fmt: skip
+    # The judge is the rank's parent, or the zygote's parent when the rank was forked by one
+    # (tests/harness/zygote.py): the pytest process that started the pool.
+    "kill_the_judge": (
+        "import signal\npid = os.getppid()\n"
+        "if b'zygote.py' in open(f'/proc/{pid}/cmdline', 'rb').read():\n"
+        "    pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "os.kill(pid, signal.SIGKILL)\n",
+        "test process died",
+    ),  # fmt: skip
+    "forged_reply": (
+        "import pickle, struct, sys\nfd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
+        "class Evil:\n    def __reduce__(self):\n"
+        '        return (exec, (\'open("/tmp/cs336-pwned", "w").write("x")\',))\n'
+        "data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
+        "os.write(fd, struct.pack('!i', len(data)) + data)\nimport time\ntime.sleep(60)\n",
+        "reply was refused",
+    ),  # fmt: skip
+    "write_fake_results": (
+        "from pathlib import Path\nimport json\n"
+        "for p in [Path(os.environ.get('CS336_FAKE_OUT', '/nonexistent')), "
+        "Path.cwd() / 'results.json']:\n"
+        "    try:\n        p.write_text(json.dumps({'score': 1000, 'tests': []}))\n"
+        "    except OSError:\n        pass\n"
+        "for t in Path.cwd().glob('tests/*.py'):\n"
+        "    t.write_text('def test_fake():\\n    pass\\n')\n"
+        "tensor.zero_()\n",
+        "elements differ",
+    ),  # fmt: skip
+}
+MONKEYPATCH = (
+    "import torch, torch.testing, _pytest.outcomes\ntorch.allclose = lambda *a, **k: True\n"
+    "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
+    "torch.testing.assert_close = lambda *a, **k: None\ndist.all_reduce = lambda *a, **k: None\n"
+    "_pytest.outcomes.fail = lambda *a, **k: None\n"
+)
+
+# Where an attack can sit: (graded test, -k expression for one case of it at world size 2, the function's
+# signature, the caller test it dispatches on for all_reduce). Each slot is reached by its test alone.
+SLOTS = {
+    "reduce": ("test_reduce_sums_into_dst_and_leaves_others_unchanged",
+               "(reduce_sums_into_dst_and_leaves_others_unchanged and float32 and first)"),
+    "all_gather": ("test_all_gather_concatenates_in_rank_order", "(all_gather_concatenates_in_rank_order and float32)"),
+    "reduce_scatter": ("test_reduce_scatter_returns_this_ranks_chunk_of_the_sum",
+                       "(reduce_scatter_returns_this_ranks_chunk_of_the_sum and float32)"),
+    "all_to_all": ("test_all_to_all_delivers_uneven_pieces", "(all_to_all_delivers_uneven_pieces and float32)"),
+    "all_reduce_sum": ("test_all_reduce_sums_in_place_on_every_rank",
+                       "(all_reduce_sums_in_place_on_every_rank and float32)"),
+    "all_reduce_avg": ("test_all_reduce_avg_divides_by_world_size_once",
+                       "(all_reduce_avg_divides_by_world_size_once and float32)"),
+    "all_reduce_random": ("test_all_reduce_random_floats_match_the_sum",
+                          "(all_reduce_random_floats_match_the_sum and contiguous)"),
+}  # fmt: skip
+SIGNATURES = {
+    "reduce": "def reduce(tensor, dst, group=None):",
+    "all_gather": "def all_gather(tensor, group=None):",
+    "reduce_scatter": "def reduce_scatter(tensor, group=None):",
+    "all_to_all": "def all_to_all(tensors, group=None):\n    tensor = tensors[0] if tensors else None",
+}
+ALL_REDUCE_CALLERS = {  # slot -> the condition on all_reduce's caller (the rank function) and arguments
+    "all_reduce_sum": "_caller == 'collective_rank' and op == 'sum'",
+    "all_reduce_avg": "_caller == 'collective_rank' and op == 'avg'",
+    "all_reduce_random": "_caller == 'all_reduce_random_rank'",
+}
+
+# Two bundles: each slot at most once per bundle, and at most one hang per function (a function that hung
+# is not run again in the grade). Bundle "timing" holds the cases whose outcome depends on time; it is also
+# graded while a second grade loads the machine.
+BUNDLES: dict[str, dict[str, str]] = {  # bundle -> attack -> slot
+    "timing": {"deadlock": "reduce", "infinite_loop": "all_gather", "memory_hog": "reduce_scatter",
+               "forged_reply": "all_to_all", "big_output": "all_reduce_sum", "fake_summary": "all_reduce_avg",
+               "orphan_process": "all_reduce_random"},
+    "crashes": {"os_exit": "reduce", "segfault": "all_gather", "import_reference": "reduce_scatter",
+                "kill_the_judge": "all_to_all", "monkeypatch_torch": "all_reduce_sum",
+                "write_fake_results": "all_reduce_avg"},
+}  # fmt: skip
+TIMING_SENSITIVE = ["infinite_loop", "deadlock", "big_output", "memory_hog"]
+BUNDLE_OF = {attack: bundle for bundle, attacks in BUNDLES.items() for attack in attacks}
+
+
+def _indent(code: str, by: int) -> str:
+    return textwrap.indent(code, " " * by)
+
+
+def hostile_source(bundle: str) -> str:
+    """The reference collectives.py with each attack of ``bundle`` planted in its slot."""
+    attacks = BUNDLES[bundle]
+    code = [REFERENCE, "\nimport os\n\n_reference_all_reduce = all_reduce\n"]
+    if "monkeypatch_torch" in attacks:
+        code.append(MONKEYPATCH)
+    branches = []
+    for attack, slot in attacks.items():
+        body = ATTACKS[attack][0]
+        if slot in SIGNATURES:
+            code.append(f"\n\n{SIGNATURES[slot]}\n{_indent(body, 4)}")
+        else:
+            branches.append(f"    if {ALL_REDUCE_CALLERS[slot]}:\n{_indent(body, 8)}        return\n")
+    code.append(
+        "\n\ndef all_reduce(tensor, op='sum', group=None, *, algorithm='auto'):\n"
+        "    import sys\n\n    _caller = sys._getframe(1).f_code.co_name\n" + "".join(branches)
+        + "    return _reference_all_reduce(tensor, op, group, algorithm=algorithm)\n"
+    )  # fmt: skip
+    return "".join(code)
+
+
+def bundle_select(bundle: str) -> str:
+    return " or ".join([CONTROL_SELECT, *(SLOTS[slot][1] for slot in BUNDLES[bundle].values())])
+
+
+def attacked_test(attack: str) -> str:
+    return SLOTS[BUNDLES[BUNDLE_OF[attack]][attack]][0]
