@@ -28,13 +28,16 @@ from tests.oracles.checkpoint import (
     SimulatedCrash,
     WriteGate,
     check_load,
+    disagreeing_rank,
     expected_boxes,
+    files_rank,
     find_pattern,
     global_tensors,
     layout,
     load_rank,
     local_tensors,
     rank_state,
+    sabotaged_commit_rank,
     save_rank,
     split_dim,
     unique_bytes,
@@ -232,6 +235,80 @@ def test_a_flipped_byte_is_detected_by_verify_and_by_load(world_size, tmp_path):
             "everything you read)"
         )
         assert "model.big.weight" in out["load"], f"rank {r}: the TornCheckpoint should name the key: {out['load']}"
+
+
+@pytest.mark.task10_1
+def test_a_file_cut_short_before_the_commit_fails_the_save_on_every_rank(world_size, tmp_path):
+    """A rank's file is cut short after its rename, before the commit: rank 0 checks every rank's reported files
+    and sizes, so the save does not commit, and every rank's save_checkpoint raises (the outcome is broadcast)."""
+    victim = world_size - 1
+    outs = run_ranks(world_size, sabotaged_commit_rank, str(tmp_path), victim)
+    assert outs[victim][1], f"rank {victim} renamed no file under the checkpoint folder (os.replace)"
+    for r, (raised, _, _) in enumerate(outs):
+        assert raised is not None, (
+            f"rank {r}: save_checkpoint(step 2) returned although rank {victim}'s file was cut to half its size "
+            "before the commit: rank 0 must check every rank's reported files and sizes before it commits, and "
+            "a failed commit must raise on every rank (broadcast the outcome)"
+        )
+    assert outs[0][2] == 1, f"after the failed save of step 2, latest_checkpoint returned {outs[0][2]}, expected 1"
+
+
+@pytest.mark.task10_1
+@pytest.mark.parametrize("what", ["dtype", "shape"])
+def test_ranks_disagreeing_on_a_keys_dtype_or_shape_are_rejected(world_size, tmp_path, what):
+    """The last rank saves key "w" with another dtype (or global shape) than the others: ValueError naming "w" on
+    every rank, and nothing committed."""
+    if world_size == 1:
+        pytest.skip("one rank cannot disagree with another (needs world size >= 2)")
+    for r, (error, latest) in enumerate(run_ranks(world_size, disagreeing_rank, str(tmp_path), what)):
+        assert error is not None and error.startswith("ValueError") and "'w'" in error, (
+            f"rank {r}: the last rank gave key 'w' another {what} than the others; expected a ValueError naming "
+            f"'w' on every rank (ranks must agree on each key's dtype and global shape), got {error!r}"
+        )
+        assert latest is None, f"rank {r}: a save the ranks disagreed on committed step {latest}"
+
+
+@pytest.mark.task10_1
+def test_a_marker_from_another_save_of_the_step_does_not_commit_it(world_size, tmp_path):
+    """Two saves of step 2 with different values; the first one's COMMITTED marker put in the second's folder:
+    its content does not match that metadata, so step 2 is torn (latest is 1, verify and load raise)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_ranks(world_size, save_rank, str(a), "fsdp", 2, 2)
+    run_ranks(world_size, save_rank, str(b), "fsdp", 1, 1)
+    run_ranks(world_size, save_rank, str(b), "fsdp", 2, 3)
+    marker_a, marker_b = a / "step_00000002" / "COMMITTED", b / "step_00000002" / "COMMITTED"
+    assert marker_a.read_bytes() != marker_b.read_bytes(), (
+        "two saves of step 2 with different values wrote the same COMMITTED marker: its content must identify "
+        "its own save's metadata (e.g. the metadata's CRC32)"
+    )
+    marker_b.write_bytes(marker_a.read_bytes())
+    out = run_ranks(1, files_rank, str(b), 2)[0]
+    where = "step 2's folder with the COMMITTED marker of another save of step 2"
+    assert out["latest"] == 1, f"{where}: latest_checkpoint returned {out['latest']}, expected 1 (check the marker's "\
+        "content against the metadata)"  # fmt: skip
+    assert out["verify"] and "TornCheckpoint" in out["verify"], f"{where}: verify_checkpoint(2): {out['verify']}"
+    assert out["load"] and "TornCheckpoint" in out["load"], f"{where}: load_checkpoint(step=2): {out['load']}"
+
+
+@pytest.mark.task10_1
+@pytest.mark.parametrize("damage", ["shortened", "removed"])
+def test_latest_checkpoint_checks_that_the_data_files_exist_with_their_sizes(world_size, tmp_path, damage):
+    """The file holding a weight's bytes in step 2, one byte short (or removed): latest_checkpoint skips step 2."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1, 1)
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 2, 2)
+    pattern = global_tensors("fsdp", 2)["model.big.weight"][:16].numpy().tobytes()
+    found = find_pattern(tmp_path / "step_00000002", pattern)
+    assert found is not None, "the raw bytes of model.big.weight are not in the step folder (save them uncompressed)"
+    path = found[0]
+    if damage == "removed":
+        path.unlink()
+    else:
+        path.write_bytes(path.read_bytes()[:-1])
+    out = run_ranks(1, files_rank, str(tmp_path), 2)[0]
+    assert out["latest"] == 1, (
+        f"step 2's data file {path.name} {damage}: latest_checkpoint returned {out['latest']}, expected 1 (it "
+        "checks every rank's file exists with the size the metadata records)"
+    )
 
 
 # -- Task 10.2: load with resharding ----------------------------------------------------------------

@@ -7,8 +7,9 @@ a resharding load needs, and two rank-side tools that judge a save from the outs
 Layouts (``layout(scheme, rank, world)``), each a dict ``key -> (global_shape, offsets, local_shape)``:
     "fsdp"       every weight flattened and split FSDP-style (chunk ceil(n/N), padding dropped), the
                  biases whole; with Adam state boxed like the weights and a 0-d step per weight
-    "tp"         "tp<T>" on N ranks: dp = N / T replicas of a column weight split on dim 0 and a row
-                 weight split on dim 1 (T = N: tensor parallelism alone; T = 1: dense, plain DDP)
+    "tp"         "tp<T>" on N ranks: rank r holds part r % T of a column weight split on dim 0 and of a
+                 row weight split on dim 1, as torch.chunk splits (T = N: tensor parallelism alone;
+                 T = 1: dense, plain DDP; T < N: N / T data-parallel replicas of each part)
     "zero"       parameters whole everywhere, each Adam state tensor whole on its owner only (ZeRO-1/2)
     "ddp"        everything of "zero", whole, on every rank (where a ZeRO checkpoint loads)
 
@@ -79,6 +80,13 @@ def _owner(key: str, world: int) -> int:
     return index % world
 
 
+def _chunk(n: int, t: int, parts: int) -> tuple[int, int]:
+    """[start, stop) of part ``t`` of ``n`` split in ``parts`` as torch.chunk (and a DTensor's Shard) does:
+    parts of ceil(n / parts), the last ones shorter or empty when ``parts`` does not divide ``n``."""
+    size = -(-n // parts)
+    return min(t * size, n), min((t + 1) * size, n)
+
+
 def layout(scheme: str, rank: int, world: int) -> dict[str, tuple[tuple, tuple, tuple]]:
     """``key -> (global_shape, offsets, local_shape)`` of rank ``rank`` of ``world`` in ``scheme``."""
     out = {}
@@ -93,11 +101,11 @@ def layout(scheme: str, rank: int, world: int) -> dict[str, tuple[tuple, tuple, 
             tp = int(scheme[2:])
             t = rank % tp  # rank = dp * tp + t: the tp groups are neighbours
             if key in ("tp.col.weight", "tp.col.bias"):
-                rows = shape[0] // tp
-                out[key] = (shape, (t * rows,) + (0,) * (len(shape) - 1), (rows,) + shape[1:])
+                start, stop = _chunk(shape[0], t, tp)
+                out[key] = (shape, (start,) + (0,) * (len(shape) - 1), (stop - start,) + shape[1:])
             elif key == "tp.row.weight":
-                cols = shape[1] // tp
-                out[key] = (shape, (0, t * cols), (shape[0], cols))
+                start, stop = _chunk(shape[1], t, tp)
+                out[key] = (shape, (0, start), (shape[0], stop - start))
             else:
                 out[key] = whole
         elif scheme == "zero" and key.startswith("optim."):
@@ -446,3 +454,264 @@ def check_load(outs, saved_scheme, saved_world, load_scheme, world, root, what):
             f"{4096}-byte checksum blocks at most {allowed}: read only the ranges your boxes need "
             "(and record every read)"
         )
+
+
+# -- rank functions for one promise each (public tests at the chosen sizes; hidden ones at others) ---------
+
+
+class HeldSaves:
+    """While active, a ``save_checkpoint`` called from any thread but the main one (the write an
+    ``AsyncCheckpointer`` starts) waits until ``release()``; ``events`` logs ``("start"|"end", step)``
+    in order. Holds the implementation's module function (the docstring promises the write is
+    ``save_checkpoint``) and, through ``WriteGate``, any file it opens for writing under ``root``."""
+
+    def __init__(self, C, root) -> None:
+        self.C, self.gate, self.events = C, WriteGate(root), []
+        self._patches = _Patches()
+
+    def release(self) -> None:
+        self.gate.release()
+
+    def __enter__(self):
+        held, real = self, self.C.save_checkpoint
+
+        def save_checkpoint(state, directory, step, *args, **kwargs):
+            if threading.current_thread() is not threading.main_thread():
+                held.gate.event.wait(timeout=30)
+            held.events.append(("start", step))
+            try:
+                return real(state, directory, step, *args, **kwargs)
+            finally:
+                held.events.append(("end", step))
+
+        self.gate.__enter__()
+        self._patches.set(self.C, "save_checkpoint", save_checkpoint)
+        return self
+
+    def __exit__(self, *exc):
+        self._patches.undo()
+        return self.gate.__exit__(*exc)
+
+
+def _error(call) -> str | None:
+    """None, or ``"<ExceptionType>: <message>"`` of what ``call()`` raised."""
+    try:
+        call()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def files_rank(ctx, root: str, step: int, scheme: str = "fsdp"):
+    """What the read-only functions (and a one-rank load of ``step``) say about a folder."""
+    C = ctx.load("checkpoint")
+    state = rank_state(C, _whole(scheme), 0, 1, empty=True, device=ctx.device)
+    return {"latest": C.latest_checkpoint(root), "verify": _error(lambda: C.verify_checkpoint(root, step)),
+            "load": _error(lambda: C.load_checkpoint(state, root, step))}  # fmt: skip
+
+
+def _whole(scheme: str) -> str:
+    """The layout that holds every tensor of ``scheme`` whole on one rank."""
+    return {"zero": "ddp", "fsdp": "fsdp"}.get(scheme, "tp1")
+
+
+def sabotaged_commit_rank(ctx, root: str, victim: int):
+    """Save step 1; then save step 2 while ``victim`` cuts its first renamed file short after its rename,
+    before its next collective or file it opens (at once on one rank), so before any commit could check it. What each
+    rank's save of step 2 raised, and rank 0's latest_checkpoint afterwards."""
+    C = ctx.load("checkpoint")
+    C.save_checkpoint(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=1, device=ctx.device), root, 1)
+    patches, renamed, real_replace, real_rename, real_open = _Patches(), [], os.replace, os.rename, builtins.open
+    under = os.path.abspath(root)
+
+    def cut():
+        if renamed and renamed[0] is not None:
+            path, renamed[0] = renamed[0], None
+            os.truncate(path, os.path.getsize(path) // 2)
+
+    def move(real):
+        def call(src, dst, *args, **kwargs):
+            real(src, dst, *args, **kwargs)
+            if not renamed and os.path.abspath(os.fspath(dst)).startswith(under):
+                renamed.append(os.fspath(dst))
+                if ctx.world_size == 1:  # no collective to wait for: the commit may follow at once
+                    cut()
+
+        return call
+
+    def patched_open(file, mode="r", *args, **kwargs):
+        if not isinstance(file, int) and any(c in mode for c in "wax+"):
+            cut()
+        return real_open(file, mode, *args, **kwargs)
+
+    def meeting(original):
+        def call(*args, **kwargs):
+            cut()
+            return original(*args, **kwargs)
+
+        return call
+
+    if ctx.rank == victim:
+        patches.set(os, "replace", move(real_replace))
+        patches.set(os, "rename", move(real_rename))
+        patches.set(builtins, "open", patched_open)
+        patches.set(io, "open", patched_open)
+        from torch._C._distributed_c10d import ProcessGroup
+
+        for name in _PG_METHODS:
+            if vars(ProcessGroup).get(name) is not None:
+                patches.set(ProcessGroup, name, meeting(vars(ProcessGroup)[name]))
+    try:
+        state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=2, device=ctx.device)
+        raised = _error(lambda: C.save_checkpoint(state, root, 2))
+    finally:
+        patches.undo()
+    return raised, bool(renamed), C.latest_checkpoint(root) if ctx.rank == 0 else None
+
+
+def disagreeing_rank(ctx, root: str, what: str):
+    """Every rank saves its rows of key "w"; the last rank disagrees on its dtype or its global shape."""
+    C = ctx.load("checkpoint")
+    n, last = ctx.world_size, ctx.rank == ctx.world_size - 1
+    dtype = torch.float32 if last and what == "dtype" else torch.float64
+    shape = (n + 1, 3) if last and what == "shape" else (n, 3)
+    state = {"w": C.Shard(torch.ones(1, 3, dtype=dtype, device=ctx.device), shape, (ctx.rank, 0)), "step": 1}
+    return _error(lambda: C.save_checkpoint(state, root, 1)), C.latest_checkpoint(root)
+
+
+def partial_save_rank(ctx, root: str):
+    """Rank r saves rows [2r, 2r + 2) of a (2N + 2, 3) tensor "w": its last two rows are nobody's."""
+    C = ctx.load("checkpoint")
+    g = torch.arange((2 * ctx.world_size + 2) * 3, dtype=torch.float64).view(-1, 3)
+    box = g[2 * ctx.rank : 2 * ctx.rank + 2].clone().to(ctx.device)
+    C.save_checkpoint({"w": C.Shard(box, tuple(g.shape), (2 * ctx.rank, 0))}, root, 1)
+
+
+def partial_load_rank(ctx, root: str, rows: int, total: int):
+    """Load rows [0, rows) of "w" (of ``total`` rows) on one rank: the box, or the error."""
+    C = ctx.load("checkpoint")
+    box = torch.zeros(rows, 3, dtype=torch.float64, device=ctx.device)
+    error = _error(lambda: C.load_checkpoint({"w": C.Shard(box, (total, 3), (0, 0))}, root, 1))
+    return error, box
+
+
+def replicas_rank(ctx, root: str):
+    """Every rank holds "w" whole, ranks >= 1 hold "v" whole; each rank's copy differs (base + rank), so a
+    load shows whose copy was written."""
+    C = ctx.load("checkpoint")
+    w = torch.arange(12, dtype=torch.float64, device=ctx.device).view(3, 4) + 100 * ctx.rank
+    state = {"w": w, "step": ctx.rank}
+    if ctx.rank >= 1:
+        state["v"] = C.Shard(torch.full((5,), float(ctx.rank), device=ctx.device), (5,), (0,))
+    C.save_checkpoint(state, root, 1)
+
+
+def replicas_load_rank(ctx, root: str, with_v: bool):
+    C = ctx.load("checkpoint")
+    state = {"w": torch.zeros(3, 4, dtype=torch.float64, device=ctx.device)}
+    if with_v:
+        state["v"] = torch.zeros(5, device=ctx.device)
+    C.load_checkpoint(state, root, 1)
+    return state
+
+
+def objects_only_load_rank(ctx, root: str):
+    """Load only the non-tensor values: what load_checkpoint records in ``reads``, and the values."""
+    C = ctx.load("checkpoint")
+    reads: list = []
+    values = C.load_checkpoint({"step": None, "whoami": None}, root, 1, reads=reads)
+    return reads, values
+
+
+def corrupt_objects_rank(ctx, root: str):
+    """Load this rank's non-tensor values (whose pickled bytes were corrupted): the error, or the values."""
+    C = ctx.load("checkpoint")
+    try:
+        return C.load_checkpoint({"config": None, "whoami": None}, root, 1)
+    except C.TornCheckpoint as exc:
+        return f"TornCheckpoint: {exc}"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def async_copies_rank(ctx, root: str):
+    """An async save of Shards, a plain tensor and a dict; after save() returns (the write held), all of
+    them change in place; released, the checkpoint must hold the values at the save."""
+    C = ctx.load("checkpoint")
+    ckpt = C.AsyncCheckpointer(root)
+    state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, device=ctx.device)
+    state["plain"] = torch.arange(10, dtype=torch.float64, device=ctx.device)
+    state["sampler"] = {"epoch": 2, "position": 6, "seed": 7}
+    with HeldSaves(C, root) as held:
+        ckpt.save(state, 1)
+        with torch.no_grad():
+            state["plain"].add_(1)
+        state["sampler"]["position"] = 999
+        state["config"]["lr"] = -1.0
+        held.release()
+        ckpt.wait()
+    ckpt.close()
+    loaded = {"plain": torch.zeros(10, dtype=torch.float64, device=ctx.device), "sampler": None, "config": None}
+    values = C.load_checkpoint(loaded, root, 1)
+    return loaded["plain"], values
+
+
+def async_order_rank(ctx, root: str):
+    """save(1) held; a timer releases it after 0.3 s; save(2) must not return before save 1 has ended.
+    Then a save whose value cannot be pickled: its ValueError from save() or wait(); then a good save."""
+    C = ctx.load("checkpoint")
+    ckpt = C.AsyncCheckpointer(root)
+    with HeldSaves(C, root) as held:
+        ckpt.save(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=1, device=ctx.device), 1)
+        timer = threading.Timer(0.3, held.release)
+        timer.start()
+        ckpt.save(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=2, device=ctx.device), 2)
+        at_return = list(held.events)
+        timer.join()
+        second = ckpt.wait()
+    bad = rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=3, device=ctx.device) | {"f": lambda: 0}
+    error = _error(lambda: ckpt.save(bad, 3))
+    error = error or _error(ckpt.wait)
+    ckpt.save(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=4, device=ctx.device), 4)
+    after = ckpt.wait()
+    ckpt.close()
+    return at_return, str(second), error, str(after), C.latest_checkpoint(root)
+
+
+def async_group_rank(ctx, root: str, split: bool):
+    """Every process-group call an async save makes, as (main thread?, on the default group?); with
+    ``split``, the ranks form two groups (the lower half and the rest), and only each group's ranks
+    construct its checkpointer, saving into a folder per group."""
+    from torch._C._distributed_c10d import ProcessGroup
+
+    C = ctx.load("checkpoint")
+    group, rank, world, folder = None, ctx.rank, ctx.world_size, root
+    if split:
+        half = ctx.world_size // 2
+        groups = [torch.distributed.new_group(list(range(half))), torch.distributed.new_group(list(range(half, world)))]
+        mine = 0 if ctx.rank < half else 1
+        group, rank = groups[mine], ctx.rank - (0 if mine == 0 else half)
+        world, folder = (half if mine == 0 else ctx.world_size - half), f"{root}/group{mine}"
+    ckpt = C.AsyncCheckpointer(folder, group=group)
+    calls, patches = [], _Patches()
+    default = torch.distributed.group.WORLD
+
+    def spy(name, original):
+        def call(pg, *args, **kwargs):
+            calls.append((threading.current_thread() is threading.main_thread(), pg is default, name))
+            return original(pg, *args, **kwargs)
+
+        return call
+
+    for name in _PG_METHODS:
+        if vars(ProcessGroup).get(name) is not None:
+            patches.set(ProcessGroup, name, spy(name, vars(ProcessGroup)[name]))
+    try:
+        ckpt.save(rank_state(C, "fsdp", rank, world, device=ctx.device), 1)
+        ckpt.wait()
+    finally:
+        patches.undo()
+    ckpt.close()
+    loaded = rank_state(C, "fsdp", rank, world, empty=True, device=ctx.device)
+    C.load_checkpoint(loaded, folder, 1, group=group)
+    return calls, rank, world, local_tensors(loaded)
