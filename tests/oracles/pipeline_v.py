@@ -51,6 +51,69 @@ def torch_v_schedule(schedule: str, p: int, m: int, rank: int) -> list[tuple[str
     return out
 
 
+def v_widths_model(p: int, seed: int = 0) -> nn.Sequential:
+    """2p one-layer chunks whose boundaries all differ in width: chunk g maps 3 + g features to 4 + g
+    (a Linear, then Tanh but after the last). Every message of a V then has its own size, so a receive
+    matched with another message (a crossing) is a size mismatch, never silently wrong numbers."""
+    torch.manual_seed(seed)
+    layers = [nn.Sequential(nn.Linear(3 + g, 4 + g), nn.Tanh()) for g in range(2 * p - 1)]
+    return nn.Sequential(*layers, nn.Sequential(nn.Linear(2 + 2 * p, 3 + 2 * p))).to(torch.float64)
+
+
+def v_widths_batches(p: int, batch: int, steps: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``steps`` seeded (x, y) batches of ``batch`` rows for ``v_widths_model(p)``: x (batch, 3), y (batch, 3 + 2p)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(batch, 3, generator=gen, dtype=torch.float64),
+             torch.randn(batch, 3 + 2 * p, generator=gen, dtype=torch.float64)) for _ in range(steps)]  # fmt: skip
+
+
+def v_oracle_steps(p: int, batches, lr: float = 0.1):
+    """One process, ``v_widths_model(p)``, the whole batch: (loss, {name: grad}) per SGD step."""
+    model = v_widths_model(p)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    steps = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        steps.append((loss.detach(), {n: q.grad.clone() for n, q in model.named_parameters()}))
+        opt.step()
+    return steps
+
+
+def where_in_v(p: int, rank: int, chunk: int) -> str:
+    """How the handout names a place in a V: "rank 1, chunk 1 (global chunk 6, the way back up)"."""
+    g = rank if chunk == 0 else 2 * p - 1 - rank
+    way = "the way down" if chunk == 0 else "the way back up"
+    return f"rank {rank}, chunk {chunk} (global chunk {g}, {way})"
+
+
+def assert_v_matches_oracle(results, expected, p: int, what: str) -> None:
+    """``results[r]`` (``v_train_rank``'s steps) against ``v_oracle_steps``: the loss on rank 0, the other ranks
+    None, every parameter's gradient on the rank holding its chunk, named by rank and chunk as in the handout."""
+    from tests.harness import assert_close
+
+    __tracebackhide__ = True
+    for step, (loss, grads) in enumerate(expected):
+        seen = set()
+        for r in range(p):
+            got_loss, got_grads = results[r][step]
+            if r == 0:
+                assert isinstance(got_loss, float), (
+                    f"rank 0 (the V's both ends, it holds the loss), step {step}, {what}: returned {got_loss!r:.60}, "
+                    "not the loss as a float"
+                )
+                assert_close(torch.tensor(got_loss, dtype=loss.dtype), loss, what=f"rank 0, step {step}, {what}, loss")
+            else:
+                assert got_loss is None, f"rank {r}, step {step}, {what}: returned {got_loss}, not None (rank 0's)"
+            for name, grad in got_grads.items():
+                g = int(name.split(".")[0])
+                place = where_in_v(p, r, 0 if g == r else 1)
+                assert_close(grad, grads[name], what=f"{place}, step {step}, {what}, {name}.grad")
+                seen.add(name)
+        assert seen == set(grads), f"{what}: parameters on no rank: {sorted(set(grads) - seen)}"
+
+
 def v_chunks_of(model: nn.Sequential, p: int, rank: int) -> list[nn.Sequential]:
     """Rank ``rank``'s chunks of ``model`` cut into 2p: global chunks rank and 2p - 1 - rank (the model's names)."""
     layers = list(model.named_children())
@@ -68,9 +131,12 @@ def v_pipeline_stage(ctx, P, model: nn.Sequential, probe: nn.Module | None = Non
 
 
 def v_train_rank(ctx, schedule, checkpoint, m, batches, model_kind="deep"):
-    """In a rank: SGD steps of a V pipeline under ``schedule``; per step the loss (rank 0) and this rank's grads."""
+    """In a rank: SGD steps of a V pipeline under ``schedule``; per step the loss (rank 0) and this rank's grads.
+    ``model_kind``: a ``build_model`` kind, or "v-widths" (``v_widths_model``)."""
     P = ctx.load("pipeline")
-    pipe, chunks = v_pipeline_stage(ctx, P, build_model(model_kind, 2 * ctx.world_size))
+    p = ctx.world_size
+    model = v_widths_model(p) if model_kind == "v-widths" else build_model(model_kind, 2 * p)
+    pipe, chunks = v_pipeline_stage(ctx, P, model)
     opt = torch.optim.SGD([q for c in chunks for q in c.parameters()], lr=0.1)
     steps = []
     for x, y in batches:
