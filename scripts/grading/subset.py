@@ -47,6 +47,17 @@ DEPENDS: dict[str, tuple[str, ...]] = {
     # Part 10 (failures at scale), once its modules are part modules (scripts/tools/submission.py PART_MODULES):
     "checkpoint": ("tensor_parallel",),
     "fault_tolerance": ("checkpoint", "ddp", "fsdp"),
+    # Part 11 (the capstone) composes parts 2-5 and 7-9 on one transformer.
+    "parallelize": (
+        "context_parallel",
+        "ddp",
+        "expert_parallel",
+        "fsdp",
+        "mesh",
+        "pipeline",
+        "sharded_optimizer",
+        "tensor_parallel",
+    ),
 }
 
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION(?::\s*(?P<task>Task (?P<part>\d+)\.(?P<sub>\d+)\b.*?))?\s*$")
@@ -144,6 +155,11 @@ def subset_stub(module: str, parts: frozenset[int]) -> str:
                 out.append(f'{m["indent"]}raise NotImplementedError("{m["task"]}: see {where}")\n')
         text = "".join(out)
     text = text.replace("reference_solutions", "cs336_systems")
+    if module in given_modules(parts):  # its handout is not in the kit, and the student does not write it
+        text = re.sub(r"Your task \(handouts/(\d\d)-[^)]*\): implement",
+                      lambda m: f"Given code in this kit (Part {int(m[1])} is not assigned): the staff's "
+                      "implementation of", text)  # fmt: skip
+        text = re.sub(r"handouts/(\d\d)-[\w-]+\.md", lambda m: f"Part {int(m[1])}'s handout (not in this kit)", text)
     filename = f"cs336_systems/{module}.py"
     text = stubs._ruff(["check", "--fix-only", "--exit-zero", "--select", "F401,I"], text, filename)
     return stubs._ruff(["format"], text, filename)
@@ -156,6 +172,8 @@ def subset_stubs(parts: frozenset[int]) -> dict[str, str]:
     given = given_modules(parts)
     out = {}
     for module in PART_MODULES:
+        if not (ROOT / "cs336_systems" / f"{module}.py").exists():  # a part still being written: not in any kit
+            continue
         mixed = module == "accounting"
         out[module] = (
             subset_stub(module, parts)
@@ -163,6 +181,39 @@ def subset_stubs(parts: frozenset[int]) -> dict[str, str]:
             else (ROOT / "cs336_systems" / f"{module}.py").read_text()
         )
     return out
+
+
+def kit_manifest(parts: frozenset[int] | None) -> dict:
+    """Which part modules a student of the kit writes, which are given and which nobody uses (kit.json in the
+    kit's root; scripts/tools/submission.py reads it). ``parts=None``: the full release, every module written."""
+    from scripts.tools.submission import PART_MODULES
+
+    owner = module_parts()
+    present = [m for m in PART_MODULES if (ROOT / "cs336_systems" / f"{m}.py").exists()]
+    if parts is None:
+        return {"parts": sorted(set(owner.values())), "written": present, "given": [], "unused": [], "mixed": {}}
+    given = sorted(given_modules(parts) & set(present))
+    written = [m for m in present if owner.get(m) in parts or m == "accounting"]
+    unused = [m for m in present if m not in written and m not in given]
+    tasks = sorted({int(m["part"]) for _, m, _ in _blocks((ROOT / "reference_solutions" / "accounting.py").read_text())
+                    if m is not None and m["task"]})  # fmt: skip
+    mixed = {"accounting": {"write": [p for p in tasks if p in parts], "given": [p for p in tasks if p not in parts]}}
+    if not mixed["accounting"]["write"]:  # no task of the kit's parts in it: given like any other module
+        written.remove("accounting")
+        given = sorted([*given, "accounting"])
+    return {"parts": sorted(parts), "written": written, "given": given, "unused": unused, "mixed": mixed}
+
+
+def ground_rules() -> str:
+    """handouts/ground-rules.md for a kit without Part 1: §1.0 of handouts/01-collectives.md, which every
+    part's code follows (validate on every rank before the first message, ...)."""
+    text = (ROOT / "handouts" / "01-collectives.md").read_text()
+    m = re.search(r"^## 1\.0 .*?(?=^## )", text, re.S | re.M)
+    body = m.group(0).split("\n", 1)[1].strip() if m else ""
+    return ("# Ground rules (all parts)\n\n"
+            "Part 1's §1.0, which every part of this kit follows: your functions are called on every rank of a "
+            "group, and a rank that raises or returns while its peers wait for its message deadlocks them.\n\n"
+            f"{body}\n")  # fmt: skip
 
 
 # -- which files -----------------------------------------------------------------------------------------
@@ -245,14 +296,99 @@ def subset_readme(text: str, parts: frozenset[int]) -> str:
         para = re.match(r"^\*\*Part (\d+) ", line)
         if para:
             skipping = int(para.group(1)) not in parts
-        elif not line.strip() or line.startswith(("#", "<!--")):
-            if not line.strip() and skipping:
-                skipping = False
-                continue
+        elif line.startswith(("#", "<!--")):
             skipping = False
-        if not skipping:
+        if not skipping:  # a dropped part's paragraphs, blank lines included, until the next part or heading
             out.append(line)
     return "".join(out)
+
+
+GROUND_RULES = "handouts/ground-rules.md"  # §1.0 for a kit without Part 1
+_RULES_LINK = re.compile(r"\((?:\.\./)?(?:handouts/)?01-collectives\.md#10-ground-rules-all-tasks\)")
+_GENERATOR_NOTE = re.compile(r"^<!-- (?:written|generated) by `python -m scripts\.(?:grading|release)\.[^`]*`.*-->\n",
+                             re.M)  # fmt: skip
+
+
+def first_task(parts: frozenset[int]) -> tuple[str, str, str]:
+    """(test file, task marker, module) of the kit's first task: the README's example commands use them."""
+    rubric = load_rubric()
+    part = min((p for p in rubric.parts.values() if p.number in parts), key=lambda p: (p.number, p.name))
+    task = next(iter(part.tasks), f"{part.number}.1")
+    files = [f for pat in part.files for f in sorted(ROOT.glob(pat))]
+    main = next((f for f in files if f.stem == f"test_{part.name}"), files[0] if files else None)
+    rel = main.relative_to(ROOT).as_posix() if main else f"tests/test_{part.name}.py"
+    return rel, "task" + task.replace(".", "_"), part.name
+
+
+def kit_readme(text: str, parts: frozenset[int], stubs: dict[str, str], manifest: dict) -> str:
+    """The kit's README: its commands name the kit's own tests, task markers and benchmarks, §1.0's link goes to
+    the kit's copy of the ground rules, and the Submitting section says which modules are written and which
+    given. (Run on the README that subset_readme has already cut to the kit's parts.)"""
+    test, marker, module = first_task(parts)
+    text = re.sub(r"tests/test_collectives\.py -m task1_1", f"{test} -m {marker}", text)
+    text = text.replace("tests/test_collectives.py -x", f"{test} -x")
+    if 1 not in parts:
+        text = _RULES_LINK.sub(f"({GROUND_RULES})", text)
+    raised = re.search(r'raise NotImplementedError\("([^"]+)"\)', stubs.get(module, ""))
+    if raised:
+        example = r'`NotImplementedError\("Task 1\.5 \(ring all_reduce\): see handouts/01-collectives\.md §1\.5"\)`'
+        text = re.sub(example, f'`NotImplementedError("{raised[1]}")`', text)
+    benches = sorted(p.stem for p in (ROOT / "scripts" / "bench").glob("*.py")
+                     if p.stem in module_parts() and module_parts()[p.stem] in parts)  # fmt: skip
+    if benches:
+        first, rest = benches[0], ", ".join(f"`.{b}`" for b in benches[1:])
+        text = re.sub(r"`python -m scripts\.bench\.collectives --impl student` \(and `scripts\.bench\.ddp`,\s*`[^)]*\)",
+                      f"`python -m scripts.bench.{first} --impl student`"
+                      + (f" (and {rest}: one per part, named like its module)" if rest else ""), text)  # fmt: skip
+    if 2 not in parts:  # the trace example runs a DDP test
+        text = re.sub(r"pytest tests/test_ddp\.py -k overlap --world-sizes 2 -x --comm-trace /tmp/trace\n"
+                      r"python -m scripts\.tools\.trace \"[^\n]*\n",
+                      f"pytest {test} -m {marker} --world-sizes 2 -x --comm-trace /tmp/trace\n"
+                      "python -m scripts.tools.trace /tmp/trace/<one of its files>.json\n", text)  # fmt: skip
+    written = ", ".join(f"`{m}.py`" for m in manifest["written"])
+    given = ", ".join(f"`{m}.py`" for m in manifest["given"]) or "none"
+    note = (
+        f"In this kit (parts {', '.join(map(str, manifest['parts']))}) you write {written}. Given "
+        f"(the staff's code, which the kit's parts build on; not graded, do not edit): {given}."
+    )
+    mixed = manifest.get("mixed", {}).get("accounting")
+    if mixed and mixed["given"]:
+        note += (f" `accounting.py` is part yours (the tasks of parts {', '.join(map(str, mixed['write']))}) and "
+                 f"part given (those of parts {', '.join(map(str, mixed['given']))}).")  # fmt: skip
+    unused = manifest.get("unused")
+    if unused:
+        note += f" The other modules ({', '.join(f'`{m}.py`' for m in unused)}) are stubs no part of this kit uses."
+    at = text.find("so edits to those are not graded.")
+    end = text.find("\n\n", at) if at >= 0 else -1
+    if end >= 0:  # a paragraph of its own after the Submitting section's first paragraph
+        text = text[:end] + "\n\n" + note + text[end:]
+    return text
+
+
+def kit_markdown(text: str, present: set[str], where: str = "handouts") -> str:
+    """A kit's handout text: §1.0's link to the kit's ground rules, links to files the kit lacks turned into plain
+    text naming the part they belong to, and the points generator's staff comment dropped."""
+    text = _GENERATOR_NOTE.sub("", text)
+    if "handouts/01-collectives.md" not in present:
+        text = _RULES_LINK.sub("(ground-rules.md)" if where == "handouts" else f"({GROUND_RULES})", text)
+
+    def unlink(m: re.Match) -> str:
+        label, target = m[1], m[2]
+        if re.match(r"[a-z]+:|#", target):
+            return m[0]
+        path = (Path(where) / target.split("#", 1)[0]).as_posix()
+        path = re.sub(r"[^/]+/\.\./", "", path)
+        if path in present:
+            return m[0]
+        part = re.match(r"(?:handouts/)?(\d\d)-", path.split("/")[-1])
+        return f"{label} (Part {int(part[1])}'s handout, not in this kit)" if part else label
+
+    text = re.sub(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)", unlink, text)
+
+    def unname(m: re.Match) -> str:  # a handout named in the text, not linked
+        return m[0] if m[0] in present else f"Part {int(m[1])}'s handout (not in this kit)"
+
+    return re.sub(r"(?<![\w/(])handouts/(\d\d)-[\w-]+\.md", unname, text)
 
 
 # -- the dependency table's check ------------------------------------------------------------------------

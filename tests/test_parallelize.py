@@ -1,0 +1,221 @@
+"""Part 11: the given transformer trained on a mesh with your own parts (handouts/11-capstone.md).
+
+    pytest tests/test_parallelize.py                        # world sizes 1, 2, 4
+    pytest tests/test_parallelize.py --world-sizes 8        # tp2×cp2×dp2, pp2×tp2×dp2, fsdp8, pp2×ep2×dp2, dp2×pp2×cp2
+    pytest tests/test_parallelize.py -m task11_1            # only the parallel block
+
+Every mesh of tests/oracles/transformer.py's table whose size is the world size trains a tiny model
+(4 blocks, 8 query and 4 key/value heads; an MoE every second block for the ep meshes) for two AdamW
+steps in float64, and every rank's loss (last pipeline stage) and every parameter it holds are
+compared with one process training the dense model on the whole batch, the parameters through the
+layout the docstrings promise (TP rows and columns, experts by global index). The recorder shows
+one block's traffic (two all-gathers and two reduce-scatters over tp per pass, ring neighbours over
+cp) and that the pipeline only talks to neighbouring stages.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cs336_systems.transformer import Transformer, TransformerConfig
+from tests.harness import run_ranks
+from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.harness.recorder import CommRecorder, calls, format_events
+from tests.oracles.transformer import (
+    DENSE,
+    MESHES,
+    SEQ,
+    batches,
+    check_training,
+    dense_training,
+    full_shape,
+    mesh_case,
+    mesh_size,
+    training_rank,
+)
+
+# Which meshes each task's test trains (the others' parts must work too: the whole step runs).
+TASK_MESHES = {
+    "task11_1": ["one", "tp2", "cp2", "ep2", "tp4"],
+    "task11_2": ["pp2", "fsdp2", "pp2xtp2", "pp2xcp2-interleaved", "pp2xep2"],
+    "task11_3": ["dp2", "cp2xtp2", "dp2xtp2-zero1", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2",
+                 "dp2xpp2xcp2"],
+}  # fmt: skip
+
+
+def _train_meshes(world_size: int, task: str) -> None:
+    names = [n for n in TASK_MESHES[task] if mesh_size(MESHES[n][0]) == world_size]
+    if not names:
+        sizes = sorted({mesh_size(MESHES[n][0]) for n in TASK_MESHES[task]})
+        pytest.skip(f"{task}'s meshes have {sizes} ranks, none has {world_size}")
+    for name in names:
+        shape, cfg, options = mesh_case(name)
+        data = batches(cfg)
+        losses, state = dense_training(cfg, data)
+        outs = run_ranks(world_size, training_rank, shape, cfg, data, options)
+        check_training(outs, shape, losses, state, f"mesh {name} {full_shape(shape)} {options}")
+
+
+@pytest.mark.task11_1
+def test_parallel_blocks_train_like_one_process(world_size):
+    """TP by heads and SwiGLU features, CP ring attention with rotary positions, EP experts: equal to one process."""
+    _train_meshes(world_size, "task11_1")
+
+
+@pytest.mark.task11_2
+def test_pipeline_stages_and_data_parallelism_train_like_one_process(world_size):
+    """Stages of whole blocks (1F1B, GPipe, interleaved), FSDP, with TP, CP and EP: equal to one process."""
+    _train_meshes(world_size, "task11_2")
+
+
+@pytest.mark.task11_3
+def test_composed_meshes_train_like_one_process(world_size):
+    """DP, ZeRO-1, CP×TP, EP×TP and the 3-D meshes: every loss and parameter equal to one process."""
+    _train_meshes(world_size, "task11_3")
+
+
+def kind(event) -> str:
+    """all_reduce / all_gather / reduce_scatter / ... whatever API spelled the call."""
+    op = event.op.lower().replace("_", "").removeprefix("pg.")
+    for name, canonical in [("allreduce", "all_reduce"), ("allgather", "all_gather"),
+                            ("reducescatter", "reduce_scatter")]:  # fmt: skip
+        if name in op:
+            return canonical
+    return event.op
+
+
+def block_traffic_rank(ctx, shape):
+    M, P = ctx.load("mesh"), ctx.load("parallelize")
+    mesh = M.ProcessMesh(full_shape(shape))
+    block = Transformer(DENSE, seed=0).double().block0.to(ctx.device)
+    pblock = P.ParallelBlock(block, tp_group=mesh.group("tp"), cp_group=mesh.group("cp"))
+    local = SEQ // (mesh.size("cp") * mesh.size("tp"))
+    x = torch.randn(2, local, DENSE.d_model, dtype=torch.float64, device=ctx.device, requires_grad=True)
+    with CommRecorder() as rec:
+        pblock(x).sum().backward()
+    return {"events": calls(rec.events), "tp": mesh.ranks("tp"), "cp": mesh.ranks("cp")}
+
+
+@pytest.mark.task11_1
+@pytest.mark.world_sizes(2, 4)
+def test_block_traffic_is_one_all_gather_and_one_reduce_scatter_per_sublayer_and_ring_neighbours(world_size):
+    """One block, forward and backward: over tp 2 all-gathers + 2 reduce-scatters each way; over cp ring hops only."""
+    shape = {"cp": 2, "tp": world_size // 2} if world_size == 4 else {"tp": 2}
+    outs = run_ranks(world_size, block_traffic_rank, shape)
+    for rank, out in enumerate(outs):
+        log = format_events(out["events"])
+        tp_ranks, cp_ranks = tuple(sorted(out["tp"])), out["cp"]
+        for phase, backward in [("forward", False), ("backward", True)]:
+            on_tp = [kind(e) for e in out["events"] if e.group_ranks == tp_ranks and e.in_backward == backward]
+            # Forward: gather before each sub-layer, reduce-scatter after it. Backward runs the sub-layers in
+            # reverse and each op's conjugate (an all-gather for a reduce-scatter): the same sequence.
+            want = ["all_gather", "reduce_scatter"] * 2  # backward: reduce-scatter's conjugate first, in reverse
+            assert on_tp == want, (
+                f"rank {rank}, {phase} of one block on {shape}: over the tp group {list(tp_ranks)} expected one "
+                f"all-gather and one reduce-scatter per sub-layer (attention, SwiGLU), {want}, got {on_tp}:\n{log}"
+            )
+        me = cp_ranks.index(rank) if rank in cp_ranks else None
+        neighbours = (
+            {cp_ranks[(me + 1) % len(cp_ranks)], cp_ranks[(me - 1) % len(cp_ranks)]} if me is not None else set()
+        )
+        for e in out["events"]:
+            if e.group_ranks == tp_ranks and len(tp_ranks) > 1:
+                continue
+            assert e.is_p2p and e.peer in neighbours, (
+                f"rank {rank}: outside the tp collectives a block may only pass ring attention's blocks to its cp "
+                f"neighbours {sorted(neighbours)}; it made {e.op} (peer {e.peer}, group {list(e.group_ranks)}):\n{log}"
+            )
+
+
+def pipeline_traffic_rank(ctx, shape, cfg, data, options):
+    M, P = ctx.load("mesh"), ctx.load("parallelize")
+    mesh = M.ProcessMesh(full_shape(shape))
+    model = Transformer(cfg, seed=0).double().to(ctx.device)
+    pt = P.parallelize(model, mesh, **options, lr=1e-2)
+    x, y = data[0]
+    with CommRecorder() as rec:
+        pt.train_step(x.to(ctx.device), y.to(ctx.device))
+    return {"events": calls(rec.events), "pp": mesh.ranks("pp"), "cp": mesh.ranks("cp"), "tp": mesh.ranks("tp")}
+
+
+@pytest.mark.task11_2
+@pytest.mark.world_sizes(2, 4)
+def test_pipeline_sends_only_to_neighbouring_stages(world_size):
+    """A training step's point-to-point messages go to the next or previous stage (or the cp ring's neighbours)."""
+    name = "pp2xcp2-interleaved" if world_size == 4 else "pp2"
+    shape, cfg, options = mesh_case(name)
+    outs = run_ranks(world_size, pipeline_traffic_rank, shape, cfg, batches(cfg, steps=1), options)
+    for rank, out in enumerate(outs):
+        pp, cp = out["pp"], out["cp"]
+        stage, c = pp.index(rank), cp.index(rank)
+        allowed = {pp[s] for s in (stage - 1, stage + 1) if 0 <= s < len(pp)}
+        allowed |= {cp[(c + 1) % len(cp)], cp[(c - 1) % len(cp)]} - {rank}
+        p2p = [e for e in out["events"] if e.is_p2p]
+        assert p2p, f"rank {rank} on {name}: the pipeline sent and received nothing:\n{format_events(out['events'])}"
+        strangers = [e for e in p2p if e.peer not in allowed]
+        assert not strangers, (
+            f"rank {rank} (stage {stage}) on {name}: point-to-point messages may only go to neighbouring stages or "
+            f"cp neighbours {sorted(allowed)}, got {[(e.op, e.peer) for e in strangers]}:\n"
+            f"{format_events(out['events'])}"
+        )
+        sent = {e.peer for e in p2p if e.op in ("send", "isend") and e.peer in pp}
+        want = {pp[s] for s in (stage - 1, stage + 1) if 0 <= s < len(pp)}
+        assert sent == want, (
+            f"rank {rank} (stage {stage}) on {name}: sent to stages' ranks {sorted(sent)}, expected {sorted(want)}"
+        )
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+_KV1 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=16)
+_LAYERS3 = TransformerConfig(vocab_size=16, d_model=16, n_layers=3, n_heads=2, n_kv_heads=2, d_ff=16)
+_EXPERTS3 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=16, moe_every=1,
+                              num_experts=3, top_k=1)  # fmt: skip
+
+
+def _mesh(axis: str):
+    """An arrange step: a mesh with all the world on ``axis``."""
+    return lambda P, ctx: ctx.load("mesh").ProcessMesh(full_shape({axis: ctx.world_size}))
+
+
+def _trainer(axis: str, **options):
+    """An arrange step: a ParallelTransformer of the tiny dense model with all the world on ``axis``."""
+
+    def arrange(P, ctx):
+        mesh = ctx.load("mesh").ProcessMesh(full_shape({axis: ctx.world_size}))
+        return P.parallelize(Transformer(DENSE, seed=0).to(ctx.device), mesh, **options)
+
+    return arrange
+
+
+def _tokens(batch: int, seq: int) -> torch.Tensor:
+    return torch.zeros(batch, seq, dtype=torch.int64)
+
+
+BAD_INPUT = [
+    BadInput("tp-does-not-divide-kv-heads", lambda P, mesh: P.parallelize(Transformer(_KV1), mesh), "ValueError",
+             names="mesh", task="task11_1", arrange=_mesh("tp")),
+    BadInput("pp-does-not-divide-layers", lambda P, mesh: P.parallelize(Transformer(_LAYERS3), mesh), "ValueError",
+             names="mesh", task="task11_2", arrange=_mesh("pp")),
+    BadInput("ep-does-not-divide-experts", lambda P, mesh: P.parallelize(Transformer(_EXPERTS3), mesh), "ValueError",
+             names="mesh", task="task11_2", arrange=lambda P, ctx: ctx.load("mesh").ProcessMesh(
+                 {"dp": 1, "pp": 1, "ep": ctx.world_size, "cp": 1, "tp": 1})),
+    BadInput("model-not-a-transformer", lambda P, mesh: P.parallelize(torch.nn.Linear(2, 2), mesh), "TypeError",
+             names="model", task="task11_2", arrange=_mesh("dp")),
+    BadInput("unknown-schedule", lambda P, mesh: P.parallelize(Transformer(DENSE), mesh, schedule="zb-v"),
+             "ValueError", names="schedule", task="task11_2", arrange=_mesh("pp")),
+    BadInput("batch-not-divisible-by-dp", lambda P, pt: pt.train_step(_tokens(3, SEQ), _tokens(3, SEQ)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("dp")),
+    BadInput("sequence-not-divisible-by-cp", lambda P, pt: pt.train_step(_tokens(4, 6), _tokens(4, 6)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("cp")),
+    BadInput("targets-shape-not-inputs", lambda P, pt: pt.train_step(_tokens(4, SEQ), _tokens(4, SEQ // 2)),
+             "ValueError", names="targets", task="task11_3", arrange=_trainer("tp")),
+]  # fmt: skip
+
+
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
+def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
+    """A mesh that does not divide heads, layers or experts, a batch it does not divide: named, before any message."""
+    assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "parallelize", case), case)
