@@ -27,7 +27,11 @@ from tests.oracles.checkpoint import (
     CrashInjector,
     SimulatedCrash,
     WriteGate,
+    async_copies_rank,
+    async_group_rank,
+    async_order_rank,
     check_load,
+    corrupt_objects_rank,
     disagreeing_rank,
     expected_boxes,
     files_rank,
@@ -36,7 +40,12 @@ from tests.oracles.checkpoint import (
     layout,
     load_rank,
     local_tensors,
+    objects_only_load_rank,
+    partial_load_rank,
+    partial_save_rank,
     rank_state,
+    replicas_load_rank,
+    replicas_rank,
     sabotaged_commit_rank,
     save_rank,
     split_dim,
@@ -311,6 +320,106 @@ def test_latest_checkpoint_checks_that_the_data_files_exist_with_their_sizes(wor
     )
 
 
+@pytest.mark.task10_1
+def test_verify_checks_every_block_of_every_box_and_the_pickled_values(world_size, tmp_path):
+    """A byte flipped in the LAST checksum block of a box, then one in each rank's pickled values: verify_checkpoint
+    raises TornCheckpoint for both (it checks every block of every box, and the non-tensor values' blocks)."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
+    folder = tmp_path / "step_00000001"
+    pattern = global_tensors("fsdp")["model.big.weight"][-16:].numpy().tobytes()
+    found = find_pattern(folder, pattern)
+    assert found is not None, "the raw bytes of model.big.weight are not in the step folder (save them uncompressed)"
+    path, at = found
+    clean = path.read_bytes()
+    path.write_bytes(clean[: at + 120] + bytes([clean[at + 120] ^ 0x01]) + clean[at + 121 :])
+    out = run_ranks(1, files_rank, str(tmp_path), 1)[0]
+    assert out["verify"] and "TornCheckpoint" in out["verify"], (
+        "a byte flipped in the last 4096-byte block of a box (the last elements of model.big.weight): "
+        f"verify_checkpoint said {out['verify']!r}: check every checksum block of every box, not only the first"
+    )
+    path.write_bytes(clean)
+    assert _corrupt_pickles(folder), "the non-tensor value 'warmup' (in OBJECTS['config']) is not in the step folder"
+    out = run_ranks(1, files_rank, str(tmp_path), 1)[0]
+    assert out["verify"] and "TornCheckpoint" in out["verify"], (
+        f"a byte flipped in the pickled non-tensor values: verify_checkpoint said {out['verify']!r}: the pickled "
+        "values have block checksums too, and verify checks them"
+    )
+
+
+def _corrupt_pickles(folder) -> int:
+    """Flip the length byte pickle writes before the string 'warmup' in every file of ``folder``; how many."""
+    count = 0
+    for path in sorted(folder.iterdir()):
+        data = bytearray(path.read_bytes())
+        at = data.find(b"warmup")
+        while at > 0:
+            data[at - 1] ^= 0x40
+            count += 1
+            at = data.find(b"warmup", at + 1)
+        path.write_bytes(bytes(data))
+    return count
+
+
+@pytest.mark.task10_2
+def test_load_checks_the_pickled_values_before_unpickling_them(world_size, tmp_path):
+    """Each rank's pickled non-tensor values corrupted on disk: every rank's load raises TornCheckpoint (their block
+    checksums are checked before pickle.loads, which must never run on corrupt bytes)."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
+    assert _corrupt_pickles(tmp_path / "step_00000001"), "the non-tensor value 'warmup' is not in the step folder"
+    for r, got in enumerate(run_ranks(world_size, corrupt_objects_rank, str(tmp_path))):
+        assert isinstance(got, str) and got.startswith("TornCheckpoint"), (
+            f"rank {r}: loading non-tensor values whose pickled bytes are corrupt gave {got!r}, expected "
+            "TornCheckpoint: check the values' block checksums before unpickling them"
+        )
+
+
+@pytest.mark.task10_2
+def test_a_box_the_checkpoint_does_not_cover_whole_is_a_key_error(world_size, tmp_path):
+    """Rank r saved rows [2r, 2r + 2) of "w", whose last 2 rows nobody saved: loading all of "w" is a KeyError naming
+    it (never a partial load); loading the saved rows works."""
+    total = 2 * world_size + 2
+    run_ranks(world_size, partial_save_rank, str(tmp_path))
+    error, _ = run_ranks(1, partial_load_rank, str(tmp_path), total, total)[0]
+    assert error is not None and error.startswith("KeyError") and "'w'" in error, (
+        f"loading rows [0, {total}) of 'w', of which [{total - 2}, {total}) were never saved: expected a KeyError "
+        f"naming 'w' (the saved boxes do not cover the requested one), got {error!r}"
+    )
+    error, box = run_ranks(1, partial_load_rank, str(tmp_path), total - 2, total)[0]
+    assert error is None, f"loading the saved rows [0, {total - 2}) of 'w' failed: {error}"
+    want = torch.arange(total * 3, dtype=torch.float64).view(-1, 3)[: total - 2]
+    assert_close(box, want, rtol=0, atol=0, what=f"rows [0, {total - 2}) of 'w', saved by {world_size} ranks")
+
+
+@pytest.mark.task10_1
+def test_the_lowest_rank_holding_a_replicated_box_writes_it(world_size, tmp_path):
+    """Every rank holds "w" whole and ranks >= 1 hold "v" whole, each copy different: a load finds rank 0's "w" and
+    rank 1's "v" (the lowest group rank holding a box writes it)."""
+    if world_size == 1:
+        pytest.skip("one rank: no replicas (needs world size >= 2)")
+    run_ranks(world_size, replicas_rank, str(tmp_path))
+    got = run_ranks(1, replicas_load_rank, str(tmp_path), True)[0]
+    for key, owner, want in (("w", 0, torch.arange(12, dtype=torch.float64).view(3, 4)), ("v", 1, torch.ones(5))):
+        writer = "?" if key == "v" else (got[key][0, 0].item() // 100)
+        assert torch.equal(got[key], want), (
+            f"the checkpoint holds another rank's copy of {key!r} (rank {writer} of the ranks that hold it?), "
+            f"expected rank {owner}'s: the lowest group rank holding a replicated box writes it\n"
+            f"got {got[key].tolist()}"
+        )
+
+
+@pytest.mark.task10_2
+def test_reads_records_the_reads_of_tensor_data_only(world_size, tmp_path):
+    """load_checkpoint(reads=) records the reads of tensor data, not those of the metadata or the non-tensor values:
+    loading only non-tensor values records nothing."""
+    run_ranks(world_size, save_rank, str(tmp_path), "fsdp", 1)
+    for r, (reads, values) in enumerate(run_ranks(world_size, objects_only_load_rank, str(tmp_path))):
+        assert values == {"step": OBJECTS["step"], "whoami": f"rank {r} of {world_size}"}, f"rank {r}: {values}"
+        assert reads == [], (
+            f"rank {r} loaded only non-tensor values and recorded the reads {reads[:3]}: reads= records the reads "
+            "of tensor data only (the byte budget counts every recorded read as tensor data)"
+        )
+
+
 # -- Task 10.2: load with resharding ----------------------------------------------------------------
 
 
@@ -519,6 +628,58 @@ def test_async_save_returns_before_writing_and_keeps_the_state_of_its_step(world
         for key, want in expected_boxes("fsdp", r, world_size).items():
             assert_close(loaded[key], want, rtol=0, atol=0, what=f"rank {r}, {key!r} of the step-1 checkpoint (the "
                          "values at the save, not after the next step changed them: stage a copy)")  # fmt: skip
+
+
+@pytest.mark.task10_4
+def test_async_save_copies_plain_tensors_and_non_tensor_values_at_the_save(world_size, tmp_path):
+    """A plain tensor and dicts in the state change in place after save() returns: the checkpoint holds their values
+    at the save (every tensor is copied, every non-tensor value deep-copied, while save() blocks)."""
+    outs = run_ranks(world_size, async_copies_rank, str(tmp_path))
+    for r, (plain, values) in enumerate(outs):
+        what = f"rank {r}, the plain tensor 'plain' (saved before it changed in place: copy plain tensors too)"
+        assert_close(plain, torch.arange(10, dtype=torch.float64), rtol=0, atol=0, what=what)
+        for key, want in (("sampler", {"epoch": 2, "position": 6, "seed": 7}), ("config", OBJECTS["config"])):
+            assert values[key] == want, (
+                f"rank {r}: the non-tensor value {key!r} came back as {values[key]}, expected its value at the "
+                f"save, {want}: save() must deep-copy non-tensor values (the caller changes them right after)"
+            )
+
+
+@pytest.mark.task10_4
+def test_a_new_async_save_waits_for_the_previous_and_wait_reraises_its_error(world_size, tmp_path):
+    """save(2) returns only after save(1) has ended (one save in flight); a save whose value cannot be pickled raises
+    ValueError from save() or from wait(); the next save still works."""
+    for r, (at_return, second, error, after, latest) in enumerate(run_ranks(world_size, async_order_rank,
+                                                                            str(tmp_path))):  # fmt: skip
+        assert ("end", 1) in at_return, (
+            f"rank {r}: save(step 2) returned while the write of step 1 was still running (events {at_return}): "
+            "save first waits for the previous save (one save in flight at a time)"
+        )
+        assert second.endswith("step_00000002"), f"rank {r}: wait() after save(2) returned {second!r}"
+        assert error is not None and error.startswith("ValueError"), (
+            f"rank {r}: an async save of an unpicklable value: neither save() nor wait() raised its ValueError "
+            f"(got {error!r}): wait() re-raises the background save's error"
+        )
+        assert after.endswith("step_00000004") and latest == 4, f"rank {r}: the save after the error: {after}, {latest}"
+
+
+@pytest.mark.task10_4
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "two-groups"])
+def test_async_collectives_run_in_the_background_on_a_group_of_their_own(world_size, tmp_path, split):
+    """The background save's collectives run on a group of its own, never the default one (whole); with two groups
+    (the lower half and the rest), only each group's ranks construct its checkpointer, and both save and load."""
+    if world_size == 1:
+        pytest.skip("one rank: a save needs no collective (needs world size >= 2)")
+    outs = run_ranks(world_size, async_group_rank, str(tmp_path), split)
+    for r, (calls, rank, world, loaded) in enumerate(outs):
+        on_default = [name for main, default, name in calls if not main and default]
+        assert not on_default, (
+            f"rank {r}: the background save ran {on_default[:3]} on the default process group: its collectives "
+            "run on a group of its own (dist.new_group in __init__), or they interleave with training's"
+        )
+        for key, want in expected_boxes("fsdp", rank, world).items():
+            assert_close(loaded[key], want, rtol=0, atol=0, what=f"rank {r} (rank {rank} of its group of {world})"
+                         f", {key!r} saved by an AsyncCheckpointer")  # fmt: skip
 
 
 # -- bad input: a clear error on every rank, before any communication ------------------------------
