@@ -124,8 +124,12 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
          identifies the metadata (e.g. its checksum), so a marker from another save does not commit it.
          Putting the marker in place (its rename) is the save's last change to the filesystem.
 
+    Save does not check that the boxes cover their global tensors: a part nobody saved is found by the
+    load that asks for it (a ``KeyError``).
+
     A rank killed at any moment leaves the previous checkpoint loadable and this one without a valid
-    marker (torn). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
+    marker (torn); so does a power loss at any moment, given that a file's data is durable only once it is
+    fsync-ed (names are durable once renamed: no directory fsync is needed here). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
     rank 0 before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
@@ -165,15 +169,18 @@ def load_checkpoint(state: dict, directory: str | os.PathLike, step: int | None 
     box, each maximal run of bytes that is contiguous in that box's row-major data and lies inside the
     requested box, rounded out to whole checksum blocks, read with one ``seek`` + ``read`` and checked
     against the block checksums (a mismatch is a ``TornCheckpoint`` naming the key). Nothing else of
-    the tensor data is read (metadata may be read whole). If ``reads`` is a list, every such read is
-    appended to it as ``(file name relative to the step folder, start byte, stop byte)``.
+    the tensor data is read (metadata may be read whole). If ``reads`` is a list, every read of tensor
+    data (each ``seek`` + ``read`` above) is appended to it as ``(file name relative to the step folder,
+    start byte, stop byte)``; reads of the metadata and of the non-tensor values are not recorded.
 
     Returns ``{key: value}`` for the non-tensor keys of ``state`` (the saved values of this group
     rank, or of group rank 0 if the checkpoint had fewer ranks), with the saved value in place of the
-    one passed. ``FileNotFoundError`` if no committed checkpoint exists; ``TornCheckpoint`` if
-    ``step`` is not committed; ``KeyError`` naming a key of ``state`` the checkpoint does not have
-    (or that some requested box of it was never saved); ``ValueError`` naming the key when the
-    global shape or dtype differs from the saved one.
+    one passed; the non-tensor values' checksums are checked before they are unpickled (a
+    ``TornCheckpoint`` otherwise: unpickling corrupt bytes is unsafe). ``FileNotFoundError`` if no
+    committed checkpoint exists; ``TornCheckpoint`` if ``step`` is not committed; ``KeyError`` naming a
+    key of ``state`` the checkpoint does not have, or whose requested box the saved boxes do not cover
+    whole (never a partial load); ``ValueError`` naming the key when the global shape or dtype differs
+    from the saved one.
     """
     raise NotImplementedError("Task 10.2 (resharding load): see handouts/10-failures.md §10.2")
 
@@ -259,10 +266,15 @@ class AsyncCheckpointer:
     values a deep copy), starts the write in a thread, and returns: the caller may change the
     training tensors at once, the checkpoint holds the values at the call. The write is
     ``save_checkpoint`` over the group given at construction; its collectives run in the
-    background thread, on a process group of its own (create it in ``__init__`` with
-    ``dist.new_group`` over the same ranks: collective on every rank), so they never mix with
-    training's messages. ``wait()`` blocks until the save in flight is committed, re-raises its
-    error, and returns its step folder (``None`` if nothing was in flight). ``close()`` waits.
+    background thread, on a process group of its own, so they never mix with training's messages:
+    create it in ``__init__`` with ``dist.new_group(<group's global ranks>,
+    use_local_synchronization=True)``, which only the ranks of ``group`` call (every rank of ``group``
+    constructs its checkpointer; the other ranks need not). On GPUs a new thread starts on ``cuda:0``:
+    the thread first sets the device that was current in the caller of ``save``
+    (``torch.cuda.set_device``), so its object collectives (NCCL) use this rank's GPU.
+    ``wait()`` blocks until the save in flight is committed, re-raises its error (an error of the
+    background save is raised by the next ``wait()`` or ``save``), and returns its step folder
+    (``None`` if nothing was in flight). ``close()`` waits.
     """
 
     def __init__(self, directory: str | os.PathLike, *, group: dist.ProcessGroup | None = None) -> None:
