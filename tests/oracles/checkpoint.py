@@ -152,11 +152,25 @@ def expected_boxes(scheme: str, rank: int, world: int, seed: int = 0) -> dict[st
 
 def unique_bytes(scheme: str, world: int) -> int:
     """Bytes of tensor data a save of ``scheme`` on ``world`` ranks must write: each distinct box once."""
-    boxes = {}
+    return sum(_distinct_box_bytes(scheme, world).values())
+
+
+def metadata_allowance(scheme: str, world: int) -> int:
+    """Bytes a step folder may hold beyond the distinct boxes' data: 8 KiB, 512 per box a rank holds (its key,
+    shapes, offsets, where it starts) and 16 per 4096-byte checksum block of every distinct box (a CRC32 written
+    as up to 10 decimal digits and a separator, in JSON), so it grows with the data as the checksums do."""
+    boxes = sum(len(layout(scheme, r, world)) for r in range(world))
+    blocks = sum(-(-nbytes // BLOCK) for nbytes in _distinct_box_bytes(scheme, world).values())
+    return 8192 + 512 * boxes + 16 * blocks
+
+
+def _distinct_box_bytes(scheme: str, world: int) -> dict[tuple, int]:
+    """(key, offsets, local shape) -> bytes of each distinct box a save on ``world`` ranks writes."""
+    tensors, boxes = global_tensors(scheme), {}
     for r in range(world):
         for key, (_, offsets, local) in layout(scheme, r, world).items():
-            boxes[(key, offsets, local)] = torch.Size(local).numel() * global_tensors(scheme)[key].element_size()
-    return sum(boxes.values())
+            boxes[(key, offsets, local)] = torch.Size(local).numel() * tensors[key].element_size()
+    return boxes
 
 
 def _saved_boxes(scheme: str, world: int) -> dict[str, list[tuple[tuple, tuple]]]:
