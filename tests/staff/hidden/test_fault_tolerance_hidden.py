@@ -112,12 +112,12 @@ def test_a_bug_beside_a_peer_failure_is_reported_not_restarted():
 
 @pytest.mark.task10_5
 def test_failed_ranks_at_world_six_count_a_dead_and_named_rank_once():
-    """World 6, no spare: rank 5 dies, rank 0 names rank 4 (finished), rank 1 names rank 5 (dead): failed
-    {4, 5}, the restart at world 4 (which divides the batch of 12)."""
-    script = {"0": {"5": "die", "0": "name:4", "1": "name:5"}}
+    """World 6, no spare: rank 5 dies, ranks 0, 1 and 2 name ranks 4 and 3 (both finished) and 5 (dead):
+    failed {3, 4, 5}, the restart at world 3 (which divides the batch of 12)."""
+    script = {"0": {"5": "die", "0": "name:4", "1": "name:5", "2": "name:3"}}
     (out,) = run_ranks(1, policy_rank, 6, script, 0, deadline=30)
     assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
-    assert out["attempts"] == [(6, 0), (4, 0)], (
+    assert out["attempts"] == [(6, 0), (3, 0)], (
         f"(world size, start step) per attempt: {out['attempts']}; the failed ranks are the union of the dead "
-        "{5} and the named {4, 5}, each counted once: 4 healthy ranks"
+        "{5} and the named {3, 4, 5}, each counted once: 3 healthy ranks"
     )
