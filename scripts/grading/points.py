@@ -198,8 +198,9 @@ def block(rubric: Rubric, number: int) -> str:
     ]
     for p in parts:
         for task, pts in p.tasks.items():
-            module = f" (`{p.name}.py`)" if len(parts) > 1 else ""
-            lines.append(f"| {task} | {_title(number, task)}{module} | {_fmt(pts)} |")
+            title = _title(number, task)  # a title naming its own module ("(`accounting.py`)") keeps it
+            module = f" (`{p.name}.py`)" if len(parts) > 1 and ".py`)" not in title else ""
+            lines.append(f"| {task} | {title}{module} | {_fmt(pts)} |")
     for p in parts:
         if p.hidden_points:
             where = f" of `{p.name}`" if len(parts) > 1 else ""
