@@ -1,0 +1,178 @@
+"""Staff mutants of Part 11 (the capstone, reference_solutions/parallelize.py): what the public tests must catch.
+
+Collected by table.py (``_collect_area_tables``); run one with ``pytest tests/staff/mutants -k <id>``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from tests.staff.mutants.table import RANK, Check, Mutant
+
+# Tiny models, but a rank may spend seconds importing torch._dynamo (AdamW) on a loaded machine.
+P11 = partial(Check, "tests/test_parallelize.py", deadline=60, within=300, names=RANK)
+WRONG = ("one process on the whole batch", "elements differ")  # a loss or a parameter differs
+BLOCKS, STAGES, COMPOSED = "parallel_blocks", "pipeline_stages", "composed_meshes"
+TRAFFIC = "block_traffic"
+BAD = "bad_input"
+
+MUTANTS = [
+    Mutant(
+        "parallelize_rope_local_positions",
+        "parallelize",
+        "under CP each rank rotates its tokens by their local positions 0..s-1, not by their global ones",
+        old="positions = context_parallel.shard_sequence(whole, self.cp_group, zigzag=self.zigzag, dim=0)",
+        new="positions = whole[:s]",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_batch_contiguous_attention_zigzag",
+        "parallelize",
+        "the batch is cut into contiguous blocks while attention assumes the zigzag layout",
+        old='t = context_parallel.shard_sequence(t, self.mesh.group("cp"), zigzag=self.zigzag, dim=1)',
+        new='t = context_parallel.shard_sequence(t, self.mesh.group("cp"), zigzag=False, dim=1)',
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_ring_not_causal",
+        "parallelize",
+        "ring attention is called without causal=True: every token sees the future",
+        old="causal=True, zigzag=self.zigzag, group=self.cp_group)",
+        new="causal=False, zigzag=self.zigzag, group=self.cp_group)",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_sdpa_not_causal",
+        "parallelize",
+        "without CP, attention forgets the causal mask",
+        old="out = F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+        new="out = F.scaled_dot_product_attention(q, k, v)",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="1"),
+    ),
+    Mutant(
+        "parallelize_gqa_repeat_not_interleave",
+        "parallelize",
+        "kv heads repeated as a block (kv head h % K) instead of interleaved (h // group)",
+        old="k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (b, H/T, s, hd)",
+        new="k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="1"),
+    ),
+    Mutant(
+        "parallelize_swiglu_silu_on_up",
+        "parallelize",
+        "SiLU applied to the up projection instead of the gate",
+        old="return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))",
+        new="return self.w_down(self.w_gate(x) * F.silu(self.w_up(x)))",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_no_tp_sum_of_replicated_grads",
+        "parallelize",
+        "norms, embedding and head saw only this rank's tokens but their grads are not summed over tp",
+        old="if self.tp > 1 and self._tp_summed:",
+        new="if False:",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_loss_not_divided_by_tp",
+        "parallelize",
+        "each tp rank's loss is the full mean of its tokens: TP-sharded weights get tp times their gradient",
+        old="lambda logits, targets: lm_loss(logits, targets) / tp,",
+        new="lambda logits, targets: lm_loss(logits, targets),",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_no_cp_average",
+        "parallelize",
+        "gradients are not averaged over cp (each cp rank steps with the gradient of its own tokens' path)",
+        old='axes = ["ep", "cp"] + (["dp"] if self.data_parallel != "fsdp" else [])',
+        new='axes = ["ep"] + (["dp"] if self.data_parallel != "fsdp" else [])',
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_no_dp_average",
+        "parallelize",
+        "DDP's gradient averaging over dp is forgotten",
+        old='axes = ["ep", "cp"] + (["dp"] if self.data_parallel != "fsdp" else [])',
+        new='axes = ["ep", "cp"]',
+        caught_by=P11(COMPOSED, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_ep_ranks_same_rows",
+        "parallelize",
+        "ep ranks are not counted as data replicas: both train on the same rows",
+        old='replica = self.mesh.rank("dp") * self.ep + (self.mesh.rank("ep") if self.ep > 1 else 0)',
+        new='replica = self.mesh.rank("dp") * self.ep',
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_local_expert_names",
+        "parallelize",
+        "local_state_dict names expert i of ep rank q as global expert i",
+        old='return f"{head}{first + int(index)}.{rest}"',
+        new='return f"{head}{int(index)}.{rest}"',
+        caught_by=P11(BLOCKS, ("elements differ", "no rank holds"), world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_tp_tokens_first_chunk",
+        "parallelize",
+        "every tp rank takes the first 1/tp of the cp block's tokens",
+        old='out.append(t.chunk(self.tp, dim=1)[self.mesh.rank("tp")].contiguous())',
+        new="out.append(t.chunk(self.tp, dim=1)[0].contiguous())",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_loss_not_summed_over_tp",
+        "parallelize",
+        "the reported loss is one tp rank's loss / tp, not summed over tp",
+        old='if self.tp > 1:\n            dist.all_reduce(t, group=self.mesh.group("tp"))',
+        new='if False:\n            dist.all_reduce(t, group=self.mesh.group("tp"))',
+        caught_by=P11(BLOCKS, "one process on the whole batch", world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_interleaved_contiguous_chunks",
+        "parallelize",
+        "interleaving: rank s keeps chunks s*v .. s*v+v-1 instead of s, s+p, ...: the blocks run out of order",
+        old="g = stage + k * self.pp",
+        new="g = stage * num_chunks + k",
+        caught_by=P11(STAGES, WRONG, world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_all_reduce_instead_of_reduce_scatter",
+        "parallelize",
+        "the SwiGLU's output is all-reduced and cut instead of reduce-scattered (more bytes; wrong backward)",
+        old="h = h + tensor_parallel.reduce_scatter_to_sp_region(self.ffn(f), tp)",
+        new=(
+            "h = h + tensor_parallel.reduce_from_tp_region(self.ffn(f), tp).chunk(dist.get_world_size(tp))"
+            "[dist.get_rank(tp)]"
+        ),
+        caught_by=(
+            P11(TRAFFIC, "one all-gather and one reduce-scatter per sub-layer", world_sizes="2"),
+            P11(BLOCKS, WRONG, world_sizes="2"),
+        ),
+    ),
+    Mutant(
+        "parallelize_no_kv_heads_check",
+        "parallelize",
+        "the mesh is not checked against n_kv_heads: the error comes later and does not name the mesh",
+        old='for name, n in [("n_heads", cfg.n_heads), ("n_kv_heads", cfg.n_kv_heads), ("d_ff", cfg.d_ff)]:',
+        new='for name, n in [("n_heads", cfg.n_heads), ("d_ff", cfg.d_ff)]:',
+        caught_by=P11(f"{BAD} and kv", "should name the argument 'mesh'", world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_uneven_stages_accepted",
+        "parallelize",
+        "pp not dividing n_layers is accepted: stages of unequal depth",
+        old="if cfg.n_layers % (pt.pp * num_chunks):",
+        new="if False:",
+        caught_by=P11(f"{BAD} and layers", "returned normally", world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_pipeline_skips_a_stage",
+        "parallelize",
+        "the last stage's chunk is built without the blocks of its piece (only the head)",
+        old="layers = list(pieces[g].named_children())",
+        new="layers = list(pieces[g].named_children()) if g < total - 1 else []",
+        caught_by=P11(STAGES, ("no rank holds", "one process on the whole batch"), world_sizes="2"),
+    ),
+]
