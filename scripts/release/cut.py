@@ -25,6 +25,7 @@ that they build on ship as given code: scripts/grading/subset.py), and the check
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -40,6 +41,7 @@ from scripts.release import api_reference, check_stubs
 
 REPO = Path(__file__).resolve().parents[2]
 STAFF_SECTION = re.compile(r"<!-- staff -->.*?<!-- /staff -->\n?", re.S)
+KIT_MANIFEST = "kit.json"  # which modules the student writes and which are given (scripts/tools/submission.py)
 
 
 def release_files(parts: frozenset[int] | None = None) -> list[str]:
@@ -60,16 +62,84 @@ def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
     pyproject = out / "pyproject.toml"
     text = pyproject.read_text()
     pyproject.write_text(re.sub(r"packages = \[[^\]]*\]", 'packages = ["cs336_systems"]', text))
-    readme = out / "README.md"
-    if readme.exists():
-        text = STAFF_SECTION.sub("", readme.read_text())
-        readme.write_text(text if parts is None else subset.subset_readme(text, parts))
+    stubs = None
     if parts is not None:  # other parts' modules: given code where a kept part builds on them (subset.py)
         stubs = subset.subset_stubs(parts)
         for module, source in stubs.items():
             (out / "cs336_systems" / f"{module}.py").write_text(source)
-        (out / api_reference.OUT.relative_to(REPO)).write_text(api_reference.render(stubs))
+        kit = subset.kit_manifest(parts)  # the API reference of what the kit uses: written and given modules
+        api = api_reference.render(stubs)
+        for module in kit["unused"]:  # a module no kept part uses: its section (and its handout links) go
+            api = re.sub(rf"^## `cs336_systems/{module}\.py`\n.*?(?=^## `|\Z)", "", api, flags=re.S | re.M)
+        (out / api_reference.OUT.relative_to(REPO)).write_text(api)
+        if 1 not in parts:  # every part's code follows §1.0: the kit carries it
+            (out / subset.GROUND_RULES).write_text(subset.ground_rules())
+    manifest = subset.kit_manifest(parts)
+    (out / KIT_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    readme = out / "README.md"
+    if readme.exists():
+        text = STAFF_SECTION.sub("", readme.read_text())
+        if parts is not None:
+            text = subset.kit_readme(subset.subset_readme(text, parts), parts, stubs, manifest)
+        readme.write_text(subset.kit_markdown(text, present, where=""))
+    for doc in [*(out / "handouts").glob("*.md"), out / "tests" / "README.md"]:
+        if doc.exists():
+            doc.write_text(subset.kit_markdown(doc.read_text(), present, doc.parent.relative_to(out).as_posix()))
     return files
+
+
+# Paths a student document may name: tests, scripts, handouts (`tests/test_x.py`, `python -m scripts.bench.x`).
+_NAMED_PATH = re.compile(r"(?<![\w/.])((?:tests|scripts|handouts|cs336_systems)/[\w/.-]+\.(?:py|md))")
+_NAMED_MODULE = re.compile(r"python -m (scripts(?:\.\w+)+)")
+_STAFF_NAMES = re.compile(r"reference_solutions|scripts[/.]grading|\.ci/run|\bgrading\.md|scripts/main\.sh")
+_LINK = re.compile(r"(?<!!)\[[^\]]+\]\(([^)\s]+)\)")
+
+
+def kit_problems(out: Path) -> list[str]:
+    """What a student of this release would trip on: a link to a file it lacks (every markdown file), a test,
+    script or module that the README or a handout names and the release lacks, a staff-only name there, §1.0's
+    ground rules missing, build leftovers."""
+    problems = []
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    for doc in sorted(out.rglob("*.md")):
+        rel = doc.relative_to(out)
+        text = doc.read_text()
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+:|#", target):
+                continue
+            path = os.path.normpath(rel.parent / target.split("#", 1)[0]).replace(os.sep, "/")
+            if path not in present and not (out / path).is_dir():
+                problems.append(f"{rel}: links {target}, which the release lacks")
+        if rel.as_posix() != "README.md" and rel.parts[0] != "handouts":
+            continue
+        for name in sorted(set(_NAMED_PATH.findall(text))):
+            if name not in present and "<" not in name:
+                problems.append(f"{rel}: names {name}, which the release lacks")
+        for module in sorted(set(_NAMED_MODULE.findall(text))):
+            where = module.replace(".", "/")
+            if not ({f"{where}.py", f"{where}/__main__.py"} & present):
+                problems.append(f"{rel}: runs `python -m {module}`, which the release lacks")
+        for line in text.splitlines():
+            if _STAFF_NAMES.search(line):
+                problems.append(f"{rel}: names a staff-only file: {line.strip()[:120]}")
+    manifest = json.loads((out / KIT_MANIFEST).read_text()) if (out / KIT_MANIFEST).exists() else {}
+    if 1 not in manifest.get("parts", [1]) and subset.GROUND_RULES not in present:
+        problems.append(f"no {subset.GROUND_RULES}: a kit without Part 1 must carry §1.0's ground rules")
+    problems += [f"{p}: a build leftover in the release" for p in leftovers(out)]
+    return problems
+
+
+def leftovers(out: Path) -> list[str]:
+    """What building or installing the release leaves in it (a pip install of the folder writes build/ and
+    *.egg-info/ there)."""
+    found = [p for p in (out / "build", *out.glob("*.egg-info"), *out.glob("*/*.egg-info")) if p.exists()]
+    return sorted(p.relative_to(out).as_posix() for p in found)
+
+
+def remove_leftovers(out: Path) -> None:
+    for rel in leftovers(out):
+        shutil.rmtree(out / rel, ignore_errors=True)
 
 
 def staff_text(out: Path | None = None) -> tuple[list[str], list[str]]:
@@ -115,6 +185,7 @@ def fresh_env(out: Path, tmp: Path) -> Path:
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(out)],
                    check=True, cwd=tmp)  # fmt: skip
+    remove_leftovers(out)  # the install builds in the release folder: a student's copy starts clean
     return python
 
 
@@ -194,9 +265,16 @@ def main() -> int:
     parts = subset.parse_parts(args.parts)
     files = write_release(out, parts)
     print(f"wrote {len(files)} files to {out}" + (f" (parts {args.parts})" if parts else ""))
+    kit = json.loads((out / KIT_MANIFEST).read_text())
+    if kit["given"]:
+        print(f"given code (the reference, solutions included): {', '.join(kit['given'])}")
+    mixed = kit.get("mixed", {}).get("accounting", {})
+    if mixed.get("given") and mixed.get("write"):
+        print(f"note: accounting.py ships the reference of parts {', '.join(map(str, mixed['given']))}'s tasks; a "
+              "later assignment of the same term that asks for them must not reuse this kit's copy")  # fmt: skip
     if args.no_check:
         return 0
-    problems = check_no_staff_text(out)
+    problems = check_no_staff_text(out) + kit_problems(out)
     with tempfile.TemporaryDirectory(prefix="cs336-release-") as tmp:
         python = fresh_env(out, Path(tmp))
         sizes = "2" if args.quick else "1,2"
@@ -205,6 +283,7 @@ def main() -> int:
             problems += run_reference_tests(python, out, Path(tmp), parts, sizes)
         if not args.quick:
             problems += run_release_scripts(python, out)
+    problems += [f"{p}: a build leftover after the checks" for p in leftovers(out)]
     for problem in problems:
         print("PROBLEM:", problem)
     print("release OK" if not problems else f"{len(problems)} problem(s)")

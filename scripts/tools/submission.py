@@ -8,12 +8,16 @@ below (collectives, ddp, ..., one per idea of the handouts). The grader uses its
 modules (``GIVEN_MODULES``: __init__.py, models.py, utils.py, launcher.py) and of the tests, so changes you
 make to them are not graded. Each module is imported in a fresh process (your code at import time must not
 print, exit or take long); functions that still raise NotImplementedError are listed so you know what is left.
+
+A kit of some parts says in ``kit.json`` (beside README.md) which part modules you write; the others are
+given (the staff's code, which your parts build on) or unused, and are neither zipped nor graded.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import subprocess
 import sys
 import zipfile
@@ -42,13 +46,30 @@ def unfinished(path: Path) -> list[str]:
     return names
 
 
+KIT = REPO / "kit.json"  # written by the release cut: which part modules this kit's student writes
+
+
+def modules_of_kit() -> tuple[list[str], list[str], list[str]]:
+    """(written, given, unused) part modules: from kit.json in a kit; every part module in the full release."""
+    if KIT.exists():
+        kit = json.loads(KIT.read_text())
+        return list(kit["written"]), list(kit["given"]), list(kit.get("unused", []))
+    return [m for m in PART_MODULES if (REPO / "cs336_systems" / f"{m}.py").exists()], [], []
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=Path("submission.zip"), help="zip to write (default submission.zip)")
     args = p.parse_args()
     problems = []
+    written, given, unused = modules_of_kit()
+    helpers = ", ".join(f"{m}.py" for m in GIVEN_MODULES)
+    print(f"you write: {', '.join(f'{m}.py' for m in written)}")
+    print(f"given, not graded (the grader uses its own copies): {', '.join([*(f'{m}.py' for m in given), helpers])}")
+    if unused:
+        print(f"not in this kit (stubs no part uses, not graded): {', '.join(f'{m}.py' for m in unused)}")
     with zipfile.ZipFile(args.out, "w", zipfile.ZIP_DEFLATED) as zf:
-        for module in PART_MODULES:
+        for module in written:
             path = REPO / "cs336_systems" / f"{module}.py"
             if not path.is_file() or path.is_symlink():
                 problems.append(f"{path}: missing or a symbolic link (not submitted)")
