@@ -33,11 +33,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from scripts.grading.gpu_results import lookup
-from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, visibility
+from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded, read_submission
 from scripts.grading.staff import path_of
-from scripts.grading.summary import headline, write_summary
+from scripts.grading.summary import STAFF_LOG, headline, write_summary
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
@@ -68,19 +68,30 @@ def _entry_output(entry, limit: int) -> str:
     return out if len(out) <= limit else out[: limit - 40] + "\n... (truncated)"
 
 
+def _case_rows(entry, markers: dict[str, list[str]]) -> list[list]:
+    """The dashboard's view of an entry's counted cases: [case id, its task(s), outcome, failure headline]."""
+    return [[nodeid.split("::")[-1].partition("[")[2].rstrip("]"),
+             sorted(tasks_of(markers.get(nodeid, []), entry.part.number)), outcome,
+             headline(text) if outcome != "passed" else ""]
+            for nodeid, outcome, text in entry.counted]  # fmt: skip
+
+
 def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float) -> dict:
     entries, warnings = score(rubric, record.items, record.outcomes)
+    markers = {item["nodeid"]: item.get("markers", []) for item in record.items}
     tests, per_part, dashboard = [], {}, []
     counters: dict[int, int] = {}
     for e in entries:
         # For the batch dashboard (scripts/grading/summary.py): tasks, cases, each failing case's headline.
         dashboard.append({"name": e.function, "part": e.part.number, "pool": e.pool, "tasks": sorted(e.tasks),
                           "passed": e.passed, "cases": len(e.counted),
-                          "failures": [headline(c[2]) for c in e.counted if c[1] != "passed"][:10]})  # fmt: skip
+                          "failures": [headline(c[2]) for c in e.counted if c[1] != "passed"][:10],
+                          "case_results": _case_rows(e, markers)})  # fmt: skip
         counters[e.part.number] = counters.get(e.part.number, 0) + 1
         tests.append({
             "name": e.function + (" (hidden test)" if e.pool == "hidden" else ""),
-            "number": f"{e.part.number}.{counters[e.part.number]}",
+            # "P2-T03": part 2's third test; never "2.3", which reads as the handout's task 2.3
+            "number": f"P{e.part.number}-T{counters[e.part.number]:02d}",
             "score": round(e.score, 3), "max_score": round(e.max_score, 3),
             "status": "passed" if e.counted and e.passed == len(e.counted) else "failed",
             "visibility": visibility(rubric, e), "tags": [e.part.name],
@@ -238,6 +249,7 @@ def _batch(args) -> int:
     # Absolute paths: each submission is graded by `python -m scripts.grading` started in the repository root.
     subs = sorted(p.resolve() for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
     out_dir = (args.results_dir or args.batch.with_name(args.batch.name + "-results")).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
     passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
                    "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
                    str(args.rubric.resolve())]  # fmt: skip
@@ -256,8 +268,9 @@ def _batch(args) -> int:
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"
         start = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "scripts.grading", str(sub), "--out", str(out), *passthrough],
-                              cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)  # fmt: skip
+        log = ["--staff-log", str(out_dir / f"{sub.stem}{STAFF_LOG}")]  # the dashboard reads hidden failures there
+        cmd = [sys.executable, "-m", "scripts.grading", str(sub), "--out", str(out), *passthrough, *log]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)
         return sub, out, proc.returncode, time.monotonic() - start
 
     rows, results = [], {}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ def check(zip_path: Path, parts: frozenset[int] | None) -> list[str]:
         got = round(sum(t["max_score"] for t in results["tests"]), 3)
         if abs(got - want) > 1e-6:
             problems.append(f"the grader's maximum is {got:g}, the zip's rubric says {want:g}")
-        numbers = {int(t["number"].split(".")[0]) for t in results["tests"]}
+        numbers = {int(re.match(r"P(\d+)-T\d+$", t["number"])[1]) for t in results["tests"]}
         if parts is not None and numbers != set(parts):
             problems.append(f"graded parts {sorted(numbers)}, the kit's are {sorted(parts)}")
         print(f"autograder zip: grader maximum {got:g} = rubric {want:g}; parts {sorted(numbers)}; stubs score "

@@ -1,16 +1,30 @@
-"""The staff dashboard after a batch: where the class struggles, from the results JSON of every submission.
+"""The staff dashboard after a batch: where the class's bugs are, from the results JSON of every submission.
 
     python -m scripts.grading --batch submissions/ --csv grades.csv     # writes it beside the results:
-        submissions-results/summary.md     pass rate per task and per test, each test's commonest failure
+        submissions-results/summary.md     the class's failures by task and by (test, case), in students
         submissions-results/summary.json   the same numbers, for a spreadsheet or a script
+        submissions-results/dashboard.png  students failing / unfinished / passing, per task (parts in the title)
         submissions-results/grades.png     the grade histogram (percent of the autograded maximum)
     python -m scripts.grading.summary submissions-results/              # again, from the results alone
 
-Each results JSON carries, in ``extra_data["entries"]``, every test function's task(s), cases passed and
-counted, and a one-line headline of each failing case (scripts/grading/__main__.py ``build_results``).
-A task's pass rate is its cases passed over its cases counted, over all submissions; a test's is the share
-of submissions that passed all its cases. Failure headlines are compared with their numbers blanked out
-(``rank 3 step 2`` and ``rank 1 step 0`` are the same failure).
+Each results JSON carries, in ``extra_data["entries"]``, every test function's cases: the case id, the task(s)
+its markers name, its outcome and a one-line headline of its failure (scripts/grading/__main__.py
+``build_results``). What the dashboard does with them:
+
+- **counts in students**, not test cases: a student fails a (test, case) when any of its world sizes fails;
+- **unfinished work apart**: a case whose failures are all ``NotImplementedError`` (a stub left as given) counts
+  as *unfinished*, never as a failure, so a class that has not started a task does not drown real bugs;
+- **one task per case**: a case is attributed to the task its markers name (a parametrized test checks several
+  tasks, one per case: ``bucketed`` cases are task 2.4's); a case marked with several says so (``2.3+2.4``);
+- **grouped by test and by parametrized case**, world sizes merged (``w2-bucketed-deep`` and
+  ``w4-bucketed-deep`` are one case); each task row names the case words every failing case shares
+  (``bucketed``), which is usually the bug;
+- **hidden tests' real assertion, for staff**: students see a redacted failure; the batch keeps each grade's
+  staff log (``<submission>.staff.log``: pytest's own output) and the dashboard shows the real headline;
+- **the parts covered named** on every figure and at the top of summary.md.
+
+Failure headlines are compared with their numbers blanked out (``rank 3 step 2`` and ``rank 1 step 0`` are the
+same failure).
 """
 
 from __future__ import annotations
@@ -22,10 +36,13 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-SUMMARY_MD, SUMMARY_JSON, HISTOGRAM = "summary.md", "summary.json", "grades.png"
-
+SUMMARY_MD, SUMMARY_JSON, HISTOGRAM, DASHBOARD = "summary.md", "summary.json", "grades.png", "dashboard.png"
+STAFF_LOG = ".staff.log"  # <submission>.staff.log beside <submission>.json: pytest's own output, staff only
 
 _RAISED = re.compile(r"(?:^|: )((?:\w+\.)*\w*(?:Error|Exception|Failure|Timeout)\b.*)")
+_UNFINISHED = re.compile(r"\bNotImplementedError\b")
+_WORLD = re.compile(r"^w\d+$")
+_SECTION = re.compile(r"^_{2,} (test\S*?) _{2,}$", re.M)  # pytest's "____ test_f[case] ____" failure header
 
 
 def headline(text: str, limit: int = 160) -> str:
@@ -50,93 +67,258 @@ def _shape(message: str) -> str:
     return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "#", message)
 
 
-def summarize(results: dict[str, dict]) -> dict:
-    """{submission: results JSON} -> the dashboard's numbers (what summary.json holds)."""
-    tasks: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # task -> [cases passed, cases counted]
-    tests: dict[str, dict] = {}
-    grades = []
+def case_key(case_id: str) -> str:
+    """A parametrized case without its world size: ``w4-bucketed-deep`` -> ``bucketed-deep`` ("" -> "-")."""
+    return "-".join(p for p in case_id.split("-") if not _WORLD.match(p)) or "-"
+
+
+def task_label(tasks, part) -> str:
+    """One task (``2.4``), a case spanning several (``2.3+2.4``), or none (``part 2 (no task)``)."""
+    tasks = sorted(tasks, key=lambda t: tuple(int(x) for x in t.split(".")))
+    return "+".join(tasks) if tasks else f"part {part} (no task)"
+
+
+def _order(task: str) -> tuple:
+    """``2.4`` -> (2, 4); a spanning or task-less label sorts after its part's single tasks."""
+    nums = re.findall(r"\d+", task)
+    return tuple(int(n) for n in nums[:2]) if "+" not in task and "(" not in task else (int(nums[0]), 99)
+
+
+def staff_headlines(log: str) -> dict[str, str]:
+    """{``test_f[case]``: the real failure's headline} from a grade's staff log (pytest's -q --tb=short output),
+    where the hidden tests' failures appear unredacted."""
+    found, heads = {}, list(_SECTION.finditer(log or ""))
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(log)
+        body = log[m.end() : end].split("\n=====", 1)[0]
+        found[m.group(1).strip()] = headline(body)
+    return found
+
+
+def _cases(entry: dict) -> list[list]:
+    """[case id, tasks, outcome, headline] per counted case; results written before case rows existed give one
+    row per failure headline (case "?") and the entry's tasks."""
+    if "case_results" in entry:
+        return entry["case_results"]
+    rows = [["?", entry.get("tasks", []), "failed", h] for h in entry.get("failures", [])]
+    return rows + [["?", entry.get("tasks", []), "passed", ""]] * max(0, entry.get("passed", 0))
+
+
+def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None) -> dict:
+    """{submission: results JSON} (and {submission: staff log}) -> the dashboard's numbers (summary.json)."""
+    staff_logs = staff_logs or {}
+    # (test, pool, case) -> per-student status and failure headlines
+    cases: dict[tuple, dict] = {}
+    grades, parts = [], set()
     for sub, res in sorted(results.items()):
         most = sum(t.get("max_score", 0) for t in res.get("tests", []))
         grades.append({"submission": sub, "score": res.get("score", 0), "max_score": round(most, 3),
                        "percent": round(100 * res.get("score", 0) / most, 1) if most else 0.0})  # fmt: skip
+        real = staff_headlines(staff_logs.get(sub, ""))
+        mine: dict[tuple, list] = defaultdict(list)
         for e in res.get("extra_data", {}).get("entries", []):
-            key = f"{e['name']}" + (" (hidden)" if e.get("pool") == "hidden" else "")
-            row = tests.setdefault(key, {"part": e.get("part"), "tasks": e.get("tasks", []), "submissions": 0,
-                                         "all_passed": 0, "cases_passed": 0, "cases": 0, "failures": Counter(),
-                                         "example": {}})  # fmt: skip
-            row["submissions"] += 1
-            row["all_passed"] += e["cases"] > 0 and e["passed"] == e["cases"]
-            row["cases_passed"] += e["passed"]
-            row["cases"] += e["cases"]
-            for msg in e.get("failures", []):
-                row["failures"][_shape(msg)] += 1
-                row["example"].setdefault(_shape(msg), msg)
-            for t in e.get("tasks", []):
-                tasks[t][0] += e["passed"]
-                tasks[t][1] += e["cases"]
-    out_tests = []
-    for name, r in tests.items():
-        common = r["failures"].most_common(1)
-        out_tests.append({
-            "test": name, "part": r["part"], "tasks": r["tasks"], "submissions": r["submissions"],
-            "pass_rate": round(r["all_passed"] / r["submissions"], 3) if r["submissions"] else 0.0,
-            "case_pass_rate": round(r["cases_passed"] / r["cases"], 3) if r["cases"] else 0.0,
-            "commonest_failure": r["example"][common[0][0]] if common else "",
-            "commonest_failure_count": common[0][1] if common else 0,
+            parts.add(e.get("part"))
+            for case_id, tasks, outcome, head in _cases(e):
+                key = (e["name"], e.get("pool", "public"), case_key(case_id))
+                row = cases.setdefault(key, {"part": e.get("part"), "tasks": set(), "failed": set(),
+                                             "unfinished": set(), "passed": set(), "failures": Counter(),
+                                             "example": {}, "staff": Counter(), "staff_example": {}})  # fmt: skip
+                row["tasks"] |= set(tasks)
+                if outcome == "passed":
+                    mine[key].append(None)
+                    continue
+                nodeid = f"{e['name']}[{case_id}]" if case_id else e["name"]
+                staff = real.get(nodeid) if e.get("pool") == "hidden" else None
+                mine[key].append(staff or head)
+                row["failures"][_shape(head)] += 1
+                row["example"].setdefault(_shape(head), head)
+                if staff:
+                    row["staff"][_shape(staff)] += 1
+                    row["staff_example"].setdefault(_shape(staff), staff)
+        for key, heads in mine.items():
+            failed = [h for h in heads if h is not None]
+            unfinished = failed and all(_UNFINISHED.search(h) for h in failed)
+            status = "passed" if not failed else "unfinished" if unfinished else "failed"
+            cases[key][status].add(sub)
+
+    def commonest(counter: Counter, examples: dict) -> tuple[str, int]:
+        real = [(k, n) for k, n in counter.most_common() if not _UNFINISHED.search(k)] or counter.most_common()
+        return (examples[real[0][0]], real[0][1]) if real else ("", 0)
+
+    out_cases, raw = [], {}
+    for (test, pool, case), r in cases.items():
+        raw[(test + (" (hidden)" if pool == "hidden" else ""), case)] = r
+        fail, n = commonest(r["failures"], r["example"])
+        staff, _ = commonest(r["staff"], r["staff_example"])
+        out_cases.append({
+            "task": task_label(r["tasks"], r["part"]), "spans_tasks": len(r["tasks"]) > 1, "part": r["part"],
+            "test": test + (" (hidden)" if pool == "hidden" else ""), "case": case,
+            "students_failing": len(r["failed"]), "students_unfinished": len(r["unfinished"]),
+            "students_passing": len(r["passed"]), "commonest_failure": fail, "commonest_failure_count": n,
+            "staff_failure": staff, "failing": sorted(r["failed"]),
         })  # fmt: skip
-    out_tests.sort(key=lambda t: (t["pass_rate"], t["test"]))
-    order = sorted(tasks, key=lambda t: tuple(int(x) for x in t.split(".")))
-    out_tasks = [{"task": t, "case_pass_rate": round(tasks[t][0] / tasks[t][1], 3) if tasks[t][1] else 0.0,
-                  "cases": tasks[t][1]} for t in order]  # fmt: skip
-    return {"submissions": len(results), "grades": grades, "tasks": out_tasks, "tests": out_tests}
+    out_cases.sort(key=lambda c: (-c["students_failing"], c["task"], c["test"], c["case"]))
+
+    # Tasks: a student fails a task when any case attributed to it fails; unfinished when its cases only raise
+    # NotImplementedError; passes when every case passes.
+    by_task: dict[str, dict] = {}
+    for c in out_cases:
+        t = by_task.setdefault(c["task"], {"part": c["part"], "failed": set(), "unfinished": set(),
+                                           "students": set(), "cases": [], "tests": Counter(),
+                                           "failure": Counter(), "example": {}})  # fmt: skip
+        r = raw[(c["test"], c["case"])]
+        t["failed"] |= r["failed"]
+        t["unfinished"] |= r["unfinished"]
+        t["students"] |= r["failed"] | r["unfinished"] | r["passed"]
+        if c["students_failing"]:
+            t["cases"].append(c["case"])
+            t["tests"][c["test"]] += c["students_failing"]
+            shown = c["staff_failure"] or c["commonest_failure"]
+            t["failure"][_shape(shown)] += c["students_failing"]
+            t["example"].setdefault(_shape(shown), shown)
+    out_tasks = []
+    for label, t in by_task.items():
+        unfinished = t["unfinished"] - t["failed"]
+        words = [set(c.split("-")) for c in t["cases"]]
+        shared = sorted(set.intersection(*words) - {"-", "?"}) if words else []
+        worst = max(set(t["cases"]), key=t["cases"].count) if t["cases"] else ""
+        fail, _ = commonest(t["failure"], t["example"])
+        out_tasks.append({
+            "task": label, "part": t["part"], "students_failing": len(t["failed"]),
+            "students_unfinished": len(unfinished), "students_passing": len(t["students"] - t["failed"] - unfinished),
+            "cases_failing": len(t["cases"]), "case_words": shared, "commonest_case": worst,
+            "tests_failing": [name for name, _ in t["tests"].most_common()], "commonest_failure": fail,
+        })  # fmt: skip
+    # A bug in an early task fails the later tasks of its part that build on it, for the same students: those
+    # rows say so and come after the rows that are not explained by an earlier one.
+    failing = {t["task"]: (t["part"], by_task[t["task"]]["failed"]) for t in out_tasks}
+    for t in out_tasks:
+        t["follows"] = next((u for u, (part, who) in sorted(failing.items(), key=lambda kv: _order(kv[0]))
+                             if part == t["part"] and who and who == failing[t["task"]][1]
+                             and _order(u) < _order(t["task"])), "")  # fmt: skip
+    out_tasks.sort(key=lambda t: (-t["students_failing"], bool(t["follows"]), -t["cases_failing"], t["task"]))
+    return {"submissions": len(results), "parts": sorted(p for p in parts if p is not None), "grades": grades,
+            "tasks": out_tasks, "cases": out_cases}  # fmt: skip
+
+
+def parts_title(s: dict) -> str:
+    parts = s.get("parts") or []
+    return ("part " if len(parts) == 1 else "parts ") + ", ".join(map(str, parts)) if parts else "no part"
+
+
+def _case(case: str) -> str:
+    return "(not parametrized)" if case == "-" else case
+
+
+def _cell(text: str) -> str:
+    return f"`{text.replace('|', '/')}`" if text else ""
 
 
 def render_markdown(s: dict) -> str:
     pct = [g["percent"] for g in s["grades"]]
-    out = [f"# Batch summary: {s['submissions']} submissions", ""]
+    out = [f"# Batch summary: {s['submissions']} submissions, {parts_title(s)}", ""]
     if pct:
         mid = sorted(pct)[len(pct) // 2]
-        out += [f"Autograded grade (percent of the maximum): median {mid:g}, min {min(pct):g}, max {max(pct):g}. "
-                f"Histogram: [{HISTOGRAM}]({HISTOGRAM}).", ""]  # fmt: skip
-    out += ["## Tasks (hardest first)", "", "| task | cases passed | cases |", "|---|---|---|"]
-    out += [f"| {t['task']} | {t['case_pass_rate']:.0%} | {t['cases']} |"
-            for t in sorted(s["tasks"], key=lambda t: t["case_pass_rate"])]  # fmt: skip
-    out += ["", "## Tests (hardest first)", "",
-            "| test | part | tasks | submissions passing | cases passed | commonest failure (how many) |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
-    for t in s["tests"]:
-        fail = t["commonest_failure"].replace("|", "\\|")
-        fail = f"`{fail}` ({t['commonest_failure_count']})" if fail else ""
-        out.append(f"| {t['test']} | {t['part']} | {', '.join(t['tasks'])} | {t['pass_rate']:.0%} | "
-                   f"{t['case_pass_rate']:.0%} | {fail} |")  # fmt: skip
+        out += [f"Autograded grade (percent of the maximum over {parts_title(s)}): median {mid:g}, min {min(pct):g}, "
+                f"max {max(pct):g}. Figures: [{DASHBOARD}]({DASHBOARD}), [{HISTOGRAM}]({HISTOGRAM}).", ""]  # fmt: skip
+    out += ["Counts are students. *Failing*: some case fails with a real error; *unfinished*: its cases only raise "
+            "NotImplementedError (a stub), counted apart. A case belongs to the task its markers name (`a+b`: a case "
+            "that checks several). Hidden tests' failures show the real assertion (staff only; students see it "
+            "redacted).", "",
+            "## Where the class fails, by task", "",
+            "| task | failing | unfinished | passing | failing cases share | commonest case | tests "
+            "| commonest failure |",
+            "|---|---:|---:|---:|---|---|---|---|"]  # fmt: skip
+    for t in s["tasks"]:
+        tests = ", ".join(t["tests_failing"][:3]) + (" ..." if len(t["tests_failing"]) > 3 else "")
+        label = t["task"] + (f" (same students as {t['follows']}: likely its consequence)" if t["follows"] else "")
+        out.append(f"| {label} | {t['students_failing']} | {t['students_unfinished']} | {t['students_passing']} "
+                   f"| {' '.join(t['case_words'])} | {_case(t['commonest_case'])} | {tests} "
+                   f"| {_cell(t['commonest_failure'])} |")  # fmt: skip
+    out += ["", "## Failures by test and parametrized case (world sizes merged)", "",
+            "| task | test | case | failing | unfinished | passing | commonest failure (how many) "
+            "| real (hidden, staff) |",
+            "|---|---|---|---:|---:|---:|---|---|"]  # fmt: skip
+    for c in s["cases"]:
+        if not (c["students_failing"] or c["students_unfinished"]):
+            continue
+        fail = f"{_cell(c['commonest_failure'])} ({c['commonest_failure_count']})" if c["commonest_failure"] else ""
+        out.append(f"| {c['task']} | {c['test']} | {_case(c['case'])} | {c['students_failing']} "
+                   f"| {c['students_unfinished']} | {c['students_passing']} | {fail} "
+                   f"| {_cell(c['staff_failure'])} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
 
-def draw_histogram(s: dict, path: Path) -> None:
+def _plt():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def draw_histogram(s: dict, path: Path) -> None:
+    plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.hist([g["percent"] for g in s["grades"]], bins=list(range(0, 101, 10)), color="#4C72B0", edgecolor="white")
-    ax.set_xlabel("autograded score (% of the maximum)")
+    ax.set_xlabel(f"autograded score (% of the maximum over {parts_title(s)})")
     ax.set_ylabel("submissions")
-    ax.set_title(f"{s['submissions']} submissions")
+    ax.set_title(f"{s['submissions']} submissions, {parts_title(s)}")
     ax.set_xlim(0, 100)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def write_summary(results: dict[str, dict], out_dir: Path) -> dict:
-    """Write summary.md, summary.json and grades.png into ``out_dir``; return the numbers."""
-    s = summarize(results)
+def draw_dashboard(s: dict, path: Path, rows: int = 20) -> None:
+    """Per task (most failing first): students failing, unfinished and passing, each bar labelled with the case
+    words its failures share and the commonest failing test."""
+    plt = _plt()
+    tasks = s["tasks"][:rows][::-1]
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(tasks) + 1.6))
+    y = range(len(tasks))
+    fail = [t["students_failing"] for t in tasks]
+    unf = [t["students_unfinished"] for t in tasks]
+    ok = [t["students_passing"] for t in tasks]
+    ax.barh(y, fail, color="#C44E52", label="failing (a real error)")
+    ax.barh(y, unf, left=fail, color="#BBBBBB", label="unfinished (NotImplementedError)")
+    ax.barh(y, ok, left=[a + b for a, b in zip(fail, unf)], color="#55A868", label="passing")
+    ax.set_yticks(list(y), [f"task {t['task']}" + (f" (after {t['follows']})" if t.get("follows") else "")
+                            for t in tasks])  # fmt: skip
+    for i, t in enumerate(tasks):
+        if t["students_failing"]:
+            where = " ".join(t["case_words"]) or _case(t["commonest_case"])
+            test = t["tests_failing"][0] if t["tests_failing"] else ""
+            ax.text(0.02, i, f"  {where}  ·  {test}", va="center", fontsize=7, color="white",
+                    transform=ax.get_yaxis_transform())  # fmt: skip
+    ax.set_xlabel("students")
+    ax.set_title(f"Where the class fails: {s['submissions']} submissions, {parts_title(s)}")
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_summary(results: dict[str, dict], out_dir: Path, staff_logs: dict[str, str] | None = None) -> dict:
+    """Write summary.md, summary.json, dashboard.png and grades.png into ``out_dir``; return the numbers."""
+    s = summarize(results, staff_logs if staff_logs is not None else read_staff_logs(out_dir, results))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=1) + "\n")
     (out_dir / SUMMARY_MD).write_text(render_markdown(s))
     draw_histogram(s, out_dir / HISTOGRAM)
+    draw_dashboard(s, out_dir / DASHBOARD)
     return s
+
+
+def read_staff_logs(folder: Path, results: dict[str, dict]) -> dict[str, str]:
+    """{submission: its staff log} for the submissions of ``results`` that have one in ``folder``."""
+    logs = {}
+    for sub in results:
+        path = folder / f"{Path(sub).stem}{STAFF_LOG}"
+        if path.exists():
+            logs[sub] = path.read_text(errors="replace")
+    return logs
 
 
 def read_results(folder: Path) -> dict[str, dict]:
@@ -156,7 +338,7 @@ def main(argv=None) -> int:
     ap.add_argument("results", type=Path, help="a batch's results folder (one results JSON per submission)")
     args = ap.parse_args(argv)
     s = write_summary(read_results(args.results), args.results)
-    print(f"wrote {args.results / SUMMARY_MD} ({s['submissions']} submissions)")
+    print(f"wrote {args.results / SUMMARY_MD} ({s['submissions']} submissions, {parts_title(s)})")
     return 0
 
 
