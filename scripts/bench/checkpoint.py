@@ -24,6 +24,7 @@ import argparse
 import shutil
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -100,10 +101,18 @@ def bench_rank(rank, world_size, device, *, impl, sizes, rounds, root):
         into, into_theirs = _shards(C, rank, world_size, size, device, 0.0)
         ckpt = C.AsyncCheckpointer(folder / "async")
         times = {m: [] for m in METHODS}
+        began = time.perf_counter()
         for r in range(rounds + 1):  # round 0 warms up (page cache, thread pools, DCP's planner)
             got = _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder, r + 1, device, dcp_group)
             for m, t in got.items():
                 times[m] += [t] if r else []
+            if rank == 0:  # progress per configuration, on one line
+                print(f"\rN={world_size} {size / (1 << 20):g} MiB: round {r}/{rounds} "
+                      f"({time.perf_counter() - began:.1f} s)", end="", flush=True)  # fmt: skip
+        if rank == 0:
+            save, load = (size / statistics.median(times[m]) / 1e9 for m in ("save", "load"))
+            print(f"\rN={world_size} {size / (1 << 20):g} MiB: {rounds} rounds in {time.perf_counter() - began:.1f} s, "
+                  f"save {save:.2f} GB/s, load {load:.2f} GB/s", flush=True)  # fmt: skip
         ckpt.close()
         dist.barrier()
         if rank == 0:

@@ -160,8 +160,12 @@ def metadata_allowance(scheme: str, world: int) -> int:
     shapes, offsets, where it starts) and 16 per 4096-byte checksum block of every distinct box (a CRC32 written
     as up to 10 decimal digits and a separator, in JSON), so it grows with the data as the checksums do."""
     boxes = sum(len(layout(scheme, r, world)) for r in range(world))
-    blocks = sum(-(-nbytes // BLOCK) for nbytes in _distinct_box_bytes(scheme, world).values())
-    return 8192 + 512 * boxes + 16 * blocks
+    return allowance(list(_distinct_box_bytes(scheme, world).values()), boxes)
+
+
+def allowance(box_bytes: list[int], boxes_held: int) -> int:
+    """``metadata_allowance`` of any state: the distinct boxes' sizes, and how many boxes all ranks hold."""
+    return 8192 + 512 * boxes_held + 16 * sum(-(-n // BLOCK) for n in box_bytes)
 
 
 def _distinct_box_bytes(scheme: str, world: int) -> dict[tuple, int]:

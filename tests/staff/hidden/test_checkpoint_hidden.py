@@ -19,10 +19,13 @@ from tests.harness import assert_close, run_ranks
 from tests.oracles.checkpoint import (
     CrashInjector,
     SimulatedCrash,
+    allowance,
     check_load,
     expected_boxes,
     load_rank,
+    partial_load_rank,
     rank_state,
+    sabotaged_commit_rank,
     save_rank,
 )
 from tests.oracles.power_loss import check_power_loss
@@ -187,3 +190,63 @@ def test_a_power_loss_while_an_older_save_of_the_step_is_replaced(world_size, tm
     """An older committed save of step 2 is on disk when step 2 is saved again: after a power loss at any operation,
     what latest_checkpoint returns verifies and loads exactly one save's values (the old folder is removed first)."""
     check_power_loss(world_size, tmp_path, "fsdp", every=True, leftover=True)
+
+
+@pytest.mark.task10_1
+def test_a_file_of_rank_0_cut_short_before_the_commit_fails_the_save_on_every_rank(world_size, tmp_path):
+    """Rank 0's own file cut short after its rename, before the commit: the save raises on every rank."""
+    outs = run_ranks(world_size, sabotaged_commit_rank, str(tmp_path), 0)
+    for r, (raised, _, _) in enumerate(outs):
+        assert raised is not None, (
+            f"rank {r}: save_checkpoint(step 2) returned although rank 0's own file was cut short before the commit: "
+            "rank 0 checks every rank's files and sizes, its own included, and every rank raises"
+        )
+    assert outs[0][2] == 1, f"after the failed save of step 2, latest_checkpoint returned {outs[0][2]}, expected 1"
+
+
+HUGE = 1 << 20  # float32 elements: 4 MiB, 1024 checksum blocks
+
+
+def huge_save_rank(ctx, root: str):
+    C = ctx.load("checkpoint")
+    chunk = -(-HUGE // ctx.world_size)
+    start, stop = min(ctx.rank * chunk, HUGE), min((ctx.rank + 1) * chunk, HUGE)
+    local = torch.arange(start, stop, dtype=torch.float32, device=ctx.device)
+    C.save_checkpoint({"huge": C.Shard(local, (HUGE,), (start,)), "step": 1}, root, 1)
+    return (stop - start) * 4
+
+
+@pytest.mark.task10_1
+def test_a_large_state_fits_the_on_disk_allowance_of_its_checksum_blocks(world_size, tmp_path):
+    """4 MiB in 1024 checksum blocks: the folder holds the data plus metadata that grows with the blocks (16 bytes
+    each), not more."""
+    sizes = run_ranks(world_size, huge_save_rank, str(tmp_path))
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "step_00000001").rglob("*") if p.is_file())
+    allowed = sum(sizes) + allowance(sizes, world_size)
+    assert on_disk <= allowed, (
+        f"4 MiB saved on {world_size} ranks: the step folder holds {on_disk} bytes, more than the data "
+        f"({sum(sizes)}) + 8 KiB + 512 per box + 16 per checksum block ({allowed})"
+    )
+
+
+def holes_save_rank(ctx, root: str):
+    """Rank r saves rows [3r, 3r + 2) of a (3N, 3) tensor: row 3r + 2 is nobody's."""
+    C = ctx.load("checkpoint")
+    g = torch.arange(9 * ctx.world_size, dtype=torch.float64).view(-1, 3)
+    C.save_checkpoint({"w": C.Shard(g[3 * ctx.rank : 3 * ctx.rank + 2].clone(), tuple(g.shape), (3 * ctx.rank, 0))},
+                      root, 1)  # fmt: skip
+
+
+@pytest.mark.task10_2
+def test_a_box_with_a_hole_the_checkpoint_does_not_cover_is_a_key_error(world_size, tmp_path):
+    """Saved boxes with a row missing between them: a box across the hole is a KeyError naming the key; one inside a
+    saved box loads."""
+    run_ranks(world_size, holes_save_rank, str(tmp_path))
+    total = 3 * world_size
+    error, _ = run_ranks(1, partial_load_rank, str(tmp_path), 3, total)[0]
+    assert error is not None and error.startswith("KeyError") and "'w'" in error, (
+        f"rows [0, 3) of 'w' (row 2 never saved): expected a KeyError naming 'w', got {error!r}"
+    )
+    error, box = run_ranks(1, partial_load_rank, str(tmp_path), 2, total)[0]
+    assert error is None, f"rows [0, 2) of 'w' (saved by rank 0): {error}"
+    assert_close(box, torch.arange(6, dtype=torch.float64).view(2, 3), rtol=0, atol=0, what="rows [0, 2) of 'w'")
