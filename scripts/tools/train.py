@@ -1,0 +1,162 @@
+"""Train the given transformer on the generated corpus with your ``parallelize`` (handouts/11-capstone.md).
+
+    python -m scripts.tools.train --mesh dp2,tp2,pp2 --steps 200                 # 8 gloo processes on the CPU
+    python -m scripts.tools.train --mesh cp2,tp2 --steps 100 --impl reference    # the staff's parts
+    python -m scripts.tools.train --mesh dp2,ep2 --moe-every 2 --steps 100       # MoE blocks, experts over ep
+
+Runs the same training twice from the same seed and batches: once in this process (the dense model, the
+whole batch) and once on the mesh (``parallelize(model, mesh).train_step`` on every rank), prints the
+progress of both, plots the two loss curves (out/train_<mesh>.png: they coincide, up to float32 rounding
+in a different order) and samples text from the trained parallel model (its pieces gathered back into
+the dense layout). Axes missing from ``--mesh`` have size 1; the mesh is laid out dp, pp, ep, cp, tp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+import warnings
+
+import torch
+
+from cs336_systems.transformer import (
+    CharTokenizer,
+    Transformer,
+    TransformerConfig,
+    generate,
+    get_batch,
+    lm_loss,
+    make_corpus,
+)
+from scripts.bench.common import OUT_DIR, add_common_args, launch, load_impl, save_plot
+
+AXES = ("dp", "pp", "ep", "cp", "tp")
+ROW_SHARDED = ("attn.wq.weight", "attn.wk.weight", "attn.wv.weight", "ffn.w_gate.weight", "ffn.w_up.weight")
+COLUMN_SHARDED = ("attn.wo.weight", "ffn.w_down.weight")
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """``"dp2,tp2,pp2"`` -> ``{"dp": 2, "pp": 2, "cp": 1, "tp": 2}`` (ep only when named), in AXES order."""
+    sizes = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        axis, size = item[:2], item[2:]
+        if axis not in AXES or not size.isdigit() or int(size) < 1:
+            raise SystemExit(f"--mesh: items are <axis><size> with axis in {AXES}, e.g. dp2,tp2; got {item!r}")
+        sizes[axis] = int(size)
+    return {a: sizes.get(a, 1) for a in AXES if a != "ep" or a in sizes}
+
+
+def _hyper(args) -> dict:
+    return {"lr": args.lr, "weight_decay": args.weight_decay}
+
+
+def dense_run(cfg: TransformerConfig, data: torch.Tensor, args) -> list[float]:
+    """The single-process baseline: the whole model, the whole batch, AdamW."""
+    model = Transformer(cfg, seed=args.seed)
+    opt = torch.optim.AdamW(model.parameters(), **_hyper(args))
+    losses, start = [], time.perf_counter()
+    for step in range(args.steps):
+        x, y = get_batch(data, args.batch, args.seq, step, seed=args.seed)
+        opt.zero_grad(set_to_none=True)
+        loss = lm_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if step % args.log_every == 0 or step == args.steps - 1:
+            print(f"  one process  step {step:4d}/{args.steps}  loss {losses[-1]:.4f}  "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+    return losses
+
+
+def mesh_rank(rank: int, world_size: int, device, *, impl: str, shape: dict, cfg, data, args) -> dict:
+    """Every rank: build the mesh, parallelize, train; the reporting rank prints progress."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    M, P = load_impl(impl, "mesh"), load_impl(impl, "parallelize")
+    mesh = M.ProcessMesh(shape)
+    model = Transformer(cfg, seed=args.seed).to(device)
+    pt = P.parallelize(model, mesh, num_microbatches=args.microbatches, schedule=args.schedule, **_hyper(args))
+    reporter = all(c == 0 for a, c in mesh.coords().items() if a != "pp") and mesh.rank("pp") == shape["pp"] - 1
+    losses, start = [], time.perf_counter()
+    for step in range(args.steps):
+        x, y = get_batch(data, args.batch, args.seq, step, seed=args.seed)
+        losses.append(pt.train_step(x.to(device), y.to(device)))
+        if reporter and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"  mesh {args.mesh:>10}  step {step:4d}/{args.steps}  loss {losses[-1]:.4f}  "
+                  f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
+    # numpy, not tensors: torch's queue would share their storage with a process that is about to exit
+    state = {name: t.detach().cpu().numpy() for name, t in pt.local_state_dict().items()}
+    return {"coords": mesh.coords(), "losses": losses, "state": state}
+
+
+def assemble(outs: list[dict], shape: dict[str, int]) -> dict[str, torch.Tensor]:
+    """The dense state dict from every rank's ``local_state_dict`` (TP shards concatenated in tp order)."""
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    for out in outs:
+        for name, t in out["state"].items():
+            pieces.setdefault(name, {})[out["coords"].get("tp", 0)] = torch.from_numpy(t)
+    full = {}
+    for name, by_tp in pieces.items():
+        ordered = [by_tp[t] for t in sorted(by_tp)]
+        if name.endswith(ROW_SHARDED):
+            full[name] = torch.cat(ordered, 0)
+        elif name.endswith(COLUMN_SHARDED):
+            full[name] = torch.cat(ordered, 1)
+        else:
+            full[name] = ordered[0]
+    return full
+
+
+def plot(path, args, dense: list[float], parallel: list[float]):
+    def draw(ax):
+        ax.plot(dense, label="one process, whole batch", lw=3, alpha=0.5)
+        ax.plot(parallel, label=f"parallelize on {args.mesh} ({args.impl})", lw=1.2, ls="--")
+        ax.set(xlabel="step", ylabel="loss (nats / character)", title=f"The same training on {args.mesh}")
+        ax.legend()
+
+    return save_plot(path, draw)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(ap)
+    ap.add_argument("--mesh", default="dp2,tp2,pp2", help="axis sizes, e.g. dp2,tp2,pp2 (default) or cp2,tp2")
+    ap.add_argument("--steps", type=int, default=200, help="optimizer steps (default 200)")
+    ap.add_argument("--batch", type=int, default=16, help="sequences per step, the whole batch (default 16)")
+    ap.add_argument("--seq", type=int, default=64, help="tokens per sequence (default 64)")
+    ap.add_argument("--microbatches", type=int, default=0, help="pipeline microbatches (default: pp)")
+    ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"], help="pipeline schedule (default 1f1b)")
+    ap.add_argument("--moe-every", type=int, default=0, help="an MoE FFN every k-th block (default 0: none)")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--sample", type=int, default=200, help="characters of text to sample at the end (default 200)")
+    args = ap.parse_args(argv)
+    shape = parse_mesh(args.mesh)
+    args.microbatches = args.microbatches or shape["pp"]
+    world = math.prod(shape.values())
+    cfg = TransformerConfig(moe_every=args.moe_every)
+    tok = CharTokenizer()
+    data = tok.encode(make_corpus())
+    torch.set_num_threads(max(1, torch.get_num_threads() // world))
+    print(f"model: {sum(p.numel() for p in Transformer(cfg).parameters()) / 1e6:.2f} M parameters {cfg}")
+    print(f"mesh {shape} on {world} {args.backend} processes, impl {args.impl}; {args.steps} steps of "
+          f"{args.batch} x {args.seq} tokens")  # fmt: skip
+    outs = launch(world, mesh_rank, backend=args.backend, impl=args.impl, shape=shape, cfg=cfg, data=data, args=args)
+    parallel = next(o["losses"] for o in outs if o["losses"][0] is not None)
+    print("one process on the whole batch:")
+    dense = dense_run(cfg, data, args)
+    gap = max(abs(a - b) for a, b in zip(dense, parallel))
+    print(f"largest |loss difference| over {args.steps} steps: {gap:.2e}")
+    path = plot(OUT_DIR / f"train_{args.mesh.replace(',', '_')}.png", args, dense, parallel)
+    print(f"wrote {path}")
+    model = Transformer(cfg, seed=args.seed)
+    model.load_state_dict(assemble(outs, shape))
+    prompt = tok.encode("alice ")
+    print("sample from the parallel model:\n" + tok.decode(generate(model, prompt, args.sample, seed=args.seed)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
