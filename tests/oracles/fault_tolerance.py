@@ -186,6 +186,14 @@ def check_survivors_noticed(summary: dict, fault: dict, *, expect_step: int, exp
                             expect_how: str) -> None:  # fmt: skip
     """Every survivor of the first attempt reported a ``PeerFailure`` naming the faulty rank, its step, what
     the survivor waited for and how it noticed, within the timeout plus slack of the fault."""
+    if "raised" in summary and "without a report" in summary["raised"] and "--- rank" in summary["raised"]:
+        raise AssertionError(
+            f"{describe(summary)}\n\nA survivor's collective raised (the peer's socket closed) and the error went "
+            f"through as a bug, though rank {fault['rank']} had just died. `waiting` must turn such an error into a "
+            "PeerFailure, and the launcher's notice (dead/<rank>) may come a few milliseconds after the socket "
+            "closes: wait up to `timeout` for a failed peer before letting the error through (the grace wait, "
+            "handouts/10-failures.md §10.5)."
+        )
     assert "raised" not in summary, describe(summary)
     first = summary["attempts"][0]
     dead = fault["rank"]

@@ -93,3 +93,14 @@ MUTANTS = [
         caught_by=FT("::test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failure", "`from`"),
     ),
 ]
+MUTANTS.append(
+    Mutant(
+        "ft_waiting_no_grace",
+        "fault_tolerance",
+        "waiting converts a collective's error only if a peer has failed already, without waiting for the notice",
+        old="give_up = time.monotonic() + self.timeout + 2 * self.interval",
+        new="give_up = time.monotonic()",
+        # Every survivor of every job is a chance: a survivor whose heartbeat thread sees the notice first is fine.
+        caught_by=FT("test_survivors_report_a_killed_rank or fsdp_restarts_smaller", "grace", world_sizes="2,4"),
+    )
+)
