@@ -24,12 +24,10 @@ from tests.harness import assert_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.recorder import CommRecorder, calls, format_events
 from tests.oracles.tensor_parallel import (
-    DFF,
     DT,
     MLP_SHARDS,
     B,
     D,
-    S,
     check_shards,
     dense_mlp,
     dense_run,
@@ -39,6 +37,7 @@ from tests.oracles.tensor_parallel import (
     tp_chunk,
     tp_grads,
     tp_rand,
+    tp_sizes,
 )
 
 
@@ -222,8 +221,9 @@ def test_column_parallel_linear_matches_the_dense_slice(world_size, gather_outpu
 
     Rank r's output is columns r of the dense output (or all of it, gathered); x.grad is the dense
     x.grad on every rank (f all-reduced it); weight/bias grads are rows r of the dense grads."""
-    dense = _dense_linear(D, DFF, bias)
-    x, G = tp_rand(S, B, D, seed=1), tp_rand(S, B, DFF, seed=2)
+    s, d_ff = tp_sizes(world_size)
+    dense = _dense_linear(D, d_ff, bias)
+    x, G = tp_rand(s, B, D, seed=1), tp_rand(s, B, d_ff, seed=2)
     y, x_grad, grads = dense_run(dense, x, G)
     gs = [G if gather_output else tp_chunk(G, r, world_size, -1) for r in range(world_size)]
     outs = run_ranks(world_size, linear_rank, "ColumnParallelLinear", dense.state_dict(), [x] * world_size, gs,
@@ -244,8 +244,9 @@ def test_row_parallel_linear_matches_dense_and_adds_the_bias_once(world_size, in
 
     The output is the full dense output on every rank (partial sums all-reduced, bias added once);
     weight grads are columns r of the dense grad; the replicated bias gets the whole dense grad."""
-    dense = _dense_linear(DFF, D, bias)
-    x, G = tp_rand(S, B, DFF, seed=3), tp_rand(S, B, D, seed=4)
+    s, d_ff = tp_sizes(world_size)
+    dense = _dense_linear(d_ff, D, bias)
+    x, G = tp_rand(s, B, d_ff, seed=3), tp_rand(s, B, D, seed=4)
     y, x_grad, grads = dense_run(dense, x, G)
     xs = [x if not input_is_parallel else tp_chunk(x, r, world_size, -1) for r in range(world_size)]
     outs = run_ranks(world_size, linear_rank, "RowParallelLinear", dense.state_dict(), xs, [G] * world_size,
@@ -357,9 +358,10 @@ def test_tp_mlp_makes_one_all_reduce_per_pass_and_stores_1_over_t_of_the_weights
     Forward: one all-reduce of (s, b, d_model) (g after fc2); backward: one (f before fc1).
     Each rank stores 1/T of fc1.weight and fc2.weight; fc2.bias is replicated."""
     outs, *_ = run_mlp(world_size, False)
-    _check_comm(outs, ["all_reduce"], ["all_reduce"], {"all_reduce": S * B * D}, "TP MLP")
-    want = {"fc1.weight": (DFF // world_size, D), "fc1.bias": (DFF // world_size,),
-            "fc2.weight": (D, DFF // world_size), "fc2.bias": (D,)}  # fmt: skip
+    s, d_ff = tp_sizes(world_size)
+    _check_comm(outs, ["all_reduce"], ["all_reduce"], {"all_reduce": s * B * D}, "TP MLP")
+    want = {"fc1.weight": (d_ff // world_size, D), "fc1.bias": (d_ff // world_size,),
+            "fc2.weight": (D, d_ff // world_size), "fc2.bias": (D,)}  # fmt: skip
     for r, out in enumerate(outs):
         assert out["shapes"] == want, f"rank {r}: parameter shapes {out['shapes']}, expected {want}"
 
@@ -372,7 +374,8 @@ def test_sequence_parallel_mlp_swaps_each_all_reduce_for_all_gather_and_reduce_s
     Forward: all-gather of x's rows (s/T, b, d) then reduce-scatter of (s, b, d); backward: the
     same two (the reduce-scatter's backward all-gathers, the all-gather's reduce-scatters). No all-reduce."""
     outs, *_ = run_mlp(world_size, True)
-    sizes = {"all_gather": S * B * D // world_size, "reduce_scatter": S * B * D}
+    s = tp_sizes(world_size)[0]
+    sizes = {"all_gather": s * B * D // world_size, "reduce_scatter": s * B * D}
     _check_comm(outs, ["all_gather", "reduce_scatter"], ["all_gather", "reduce_scatter"], sizes, "SP MLP")
 
 
@@ -384,8 +387,9 @@ def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
     2-way data x 2-way tensor parallelism: groups {0, 1} and {2, 3} each run the MLP on their own
     batch; every rank matches the dense MLP on its group's batch, and no message leaves the group."""
     groups = [[0, 1], [2, 3]]
-    dense = dense_mlp(seed=3)
-    batches = [(tp_rand(S, B, D, seed=60 + i), tp_rand(S, B, D, seed=70 + i)) for i in range(2)]
+    dense = dense_mlp(2, seed=3)
+    s = tp_sizes(2)[0]
+    batches = [(tp_rand(s, B, D, seed=60 + i), tp_rand(s, B, D, seed=70 + i)) for i in range(2)]
     dense_runs = [dense_run(copy.deepcopy(dense), x, G) for x, G in batches]  # fresh grads each
     local = (lambda t, r: tp_chunk(t, r % 2, 2, 0)) if sequence_parallel else (lambda t, r: t)
     xs = [local(batches[r // 2][0], r) for r in range(world_size)]
@@ -404,16 +408,17 @@ def test_tp_mlp_in_two_tp_groups_of_two(world_size, sequence_parallel):
 def training_rank(ctx, state, batches, sequence_parallel: bool, lr: float):
     """A few SGD-with-momentum steps on the MSE loss; returns every step's loss and parameters."""
     TP = ctx.load("tensor_parallel")
-    dense = MLP(D, DFF).to(DT)
+    dense = MLP(D, state["fc1.weight"].shape[0]).to(DT)
     dense.load_state_dict(state)
     mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), sequence_parallel=sequence_parallel)
     opt = torch.optim.SGD(mlp.parameters(), lr=lr, momentum=0.9)
     history = []
     for x, target in batches:
         x, target = x.to(ctx.device), target.to(ctx.device)
+        elements = target.numel()  # of the whole batch: the loss is the dense mean
         if sequence_parallel:  # this rank's rows; the local sums add up to the dense mean over all rows
             x, target = tp_chunk(x, ctx.rank, ctx.world_size, 0), tp_chunk(target, ctx.rank, ctx.world_size, 0)
-        loss = ((mlp(x) - target) ** 2).sum() / (S * B * D)
+        loss = ((mlp(x) - target) ** 2).sum() / elements
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -427,9 +432,10 @@ def test_training_steps_stay_equal_to_the_dense_mlp_trained_alone(world_size, se
 
     After every SGD(momentum) step each shard equals the matching slice of the dense MLP trained
     on the same batches in one process (so any wrong gradient scale shows up at step 1)."""
-    dense = dense_mlp(seed=7)
+    dense = dense_mlp(world_size, seed=7)
     state = {k: v.clone() for k, v in dense.state_dict().items()}
-    batches = [(tp_rand(S, B, D, seed=30 + i), tp_rand(S, B, D, seed=40 + i)) for i in range(3)]
+    s = tp_sizes(world_size)[0]
+    batches = [(tp_rand(s, B, D, seed=30 + i), tp_rand(s, B, D, seed=40 + i)) for i in range(3)]
     history = run_ranks(world_size, training_rank, state, batches, sequence_parallel, 0.5)
     opt = torch.optim.SGD(dense.parameters(), lr=0.5, momentum=0.9)
     for step, (x, target) in enumerate(batches):

@@ -20,8 +20,13 @@ from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
 from tests.harness.recorder import CommRecorder
 
-# (sequence, batch, d_model, d_ff): the sequence and d_ff divide by 1, 2 and 4.
-S, B, D, DFF = 8, 2, 12, 32
+B, D = 2, 12  # batch and d_model: never split by TP
+
+
+def tp_sizes(tp: int) -> tuple[int, int]:
+    """(sequence, d_ff) for a TP size: 2 rows of the sequence and 8 columns of d_ff per rank, so both divide by
+    the TP size at every world size the harness accepts (at T = 4: 8 and 32)."""
+    return 2 * tp, 8 * tp
 
 
 DT = torch.float64  # exact enough that a misplaced 1/T or a doubled bias cannot hide in the tolerance
@@ -31,9 +36,10 @@ def tp_rand(*shape, seed: int, dtype=DT) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
 
 
-def dense_mlp(seed: int = 0, bias: bool = True, dtype=DT) -> MLP:
+def dense_mlp(tp: int, seed: int = 0, bias: bool = True, dtype=DT) -> MLP:
+    """The dense MLP (d_model D, d_ff for a TP size ``tp``) that TP size splits."""
     torch.manual_seed(seed)
-    return MLP(D, DFF, bias=bias).to(dtype)
+    return MLP(D, tp_sizes(tp)[1], bias=bias).to(dtype)
 
 
 def tp_chunk(t: torch.Tensor, rank: int, world_size: int, dim: int) -> torch.Tensor:
@@ -72,7 +78,7 @@ def mlp_rank(ctx, state, xs, gs, sequence_parallel: bool, bias: bool = True, gro
     """One forward and backward of the TP MLP; forward and backward communication recorded apart."""
     TP = ctx.load("tensor_parallel")
     group = my_group(ctx, groups)
-    dense = MLP(D, DFF, bias=bias).to(DT)
+    dense = MLP(D, state["fc1.weight"].shape[0], bias=bias).to(DT)
     dense.load_state_dict(state)
     mlp = TP.TensorParallelMLP.from_dense(dense.to(ctx.device), group, sequence_parallel=sequence_parallel)
     x = xs[ctx.rank].to(ctx.device).requires_grad_(True)
@@ -89,8 +95,9 @@ MLP_SHARDS = {"fc1.weight": 0, "fc1.bias": 0, "fc2.weight": 1, "fc2.bias": None}
 
 def run_mlp(world_size: int, sequence_parallel: bool, bias: bool = True):
     """(rank outputs, dense y, dense x.grad, dense grads); with SP rank r gets rows r of x and G."""
-    dense = dense_mlp(bias=bias)
-    x, G = tp_rand(S, B, D, seed=5), tp_rand(S, B, D, seed=6)
+    dense = dense_mlp(world_size, bias=bias)
+    s = tp_sizes(world_size)[0]
+    x, G = tp_rand(s, B, D, seed=5), tp_rand(s, B, D, seed=6)
     y, x_grad, grads = dense_run(dense, x, G)
     local = (lambda t, r: tp_chunk(t, r, world_size, 0)) if sequence_parallel else (lambda t, r: t)
     xs, gs = [local(x, r) for r in range(world_size)], [local(G, r) for r in range(world_size)]
