@@ -8,6 +8,7 @@ reaches, and each attack's effect is asserted from that one grade's entry for it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,7 @@ class Graded:
     results: dict
     seconds: float
     proc: subprocess.CompletedProcess
+    hunt_found: bool = False  # the "crashes" bundle's hunt left HUNT_FOUND: it ran and found hidden tests
 
     @property
     def by_name(self) -> dict:
@@ -164,6 +166,47 @@ ALL_REDUCE_CALLERS = {  # slot -> the condition on all_reduce's caller (the rank
     "all_reduce_random": "_caller == 'all_reduce_random_rank'",
 }
 
+# The hunt for hidden tests (test_exfiltration.py) rides in the "crashes" bundle as its broadcast, the
+# control: public tests run in a sandbox without hidden files, so it finds nothing and passes there; the
+# hidden test that calls it after a reference all_reduce (back_to_back_rank, not a slot of all_reduce) is
+# graded too, in the hidden run's own sandbox, where it finds the files, raises their text and leaves
+# HUNT_FOUND. The planted broadcast searches, from inside a rank, the sandbox and its parent folders (the
+# grade's work dir), HOME, TMPDIR, /tmp and every sys.path entry for hidden test files, and sys.modules.
+HUNT = """
+HUNT_FOUND = "@HUNT_FOUND@"
+
+
+_reference_broadcast = broadcast
+
+
+def broadcast(tensor, src=0, group=None):
+    import os
+    import sys
+
+    here = os.getcwd()
+    roots = {here, os.path.dirname(here), os.path.dirname(os.path.dirname(here)), os.environ.get("HOME", ""),
+             os.environ.get("TMPDIR", ""), "/tmp", *sys.path}
+    loot = []
+    for root in filter(None, roots):
+        for dirpath, dirs, files in os.walk(root):
+            if dirpath.count(os.sep) - root.count(os.sep) >= (1 if root == "/tmp" else 6):
+                dirs[:] = []
+            for name in files:
+                if name.endswith(".py") and "hidden" in name:
+                    try:
+                        loot.append(open(os.path.join(dirpath, name)).read())
+                    except OSError:
+                        pass
+    loot += [repr(vars(m).get("__doc__")) for n, m in list(sys.modules.items()) if "hidden" in n]
+    if loot:
+        open(HUNT_FOUND, "w").write("found")  # the test's proof that the hunt ran and found something
+        print("LOOT:", *loot)
+        raise ValueError("LOOT: " + "\\n".join(loot)[:20000])
+    return _reference_broadcast(tensor, src, group)
+"""
+HUNT_FOUND = Path(f"/tmp/cs336-hunt-found-{os.getpid()}")  # written by the hunt when it finds loot
+HIDDEN_TEST = "test_back_to_back_collectives_on_odd_world_sizes (hidden test)"  # the hunt's, in "crashes"
+
 # Two bundles: each slot at most once per bundle, and at most one hang per function (a function that hung
 # is not run again in the grade). Bundle "timing" holds the cases whose outcome depends on time; it is also
 # graded while a second grade loads the machine.
@@ -187,6 +230,8 @@ def hostile_source(bundle: str) -> str:
     """The reference collectives.py with each attack of ``bundle`` planted in its slot."""
     attacks = BUNDLES[bundle]
     code = [REFERENCE, "\nimport os\n\n_reference_all_reduce = all_reduce\n"]
+    if bundle == "crashes":
+        code.append(HUNT.replace("@HUNT_FOUND@", str(HUNT_FOUND)))
     if "monkeypatch_torch" in attacks:
         code.append(MONKEYPATCH)
     branches = []
@@ -204,8 +249,22 @@ def hostile_source(bundle: str) -> str:
     return "".join(code)
 
 
+def grade_bundle(folder: Path, bundle: str, wait: float = 300) -> Graded:
+    """One grade of ``bundle``'s hostile submission: part 1 at world size 2, one case of each of its tests."""
+    HUNT_FOUND.unlink(missing_ok=True)
+    # Nothing in "crashes" hangs: a long deadline costs nothing there and gives the hunt (which walks every
+    # sys.path entry, the venv's site-packages included) time on a loaded machine.
+    deadline, test_timeout = (6, 40) if bundle == "timing" else (60, 120)
+    graded = grade(folder, {"collectives": hostile_source(bundle)}, parts="collectives", deadline=deadline,
+                   test_timeout=test_timeout, select=bundle_select(bundle), wait=wait)  # fmt: skip
+    graded.hunt_found = HUNT_FOUND.exists()
+    HUNT_FOUND.unlink(missing_ok=True)
+    return graded
+
+
 def bundle_select(bundle: str) -> str:
-    return " or ".join([CONTROL_SELECT, *(SLOTS[slot][1] for slot in BUNDLES[bundle].values())])
+    hidden = ["back_to_back_collectives_on_odd_world_sizes"] if bundle == "crashes" else []
+    return " or ".join([CONTROL_SELECT, *(SLOTS[slot][1] for slot in BUNDLES[bundle].values()), *hidden])
 
 
 def attacked_test(attack: str) -> str:

@@ -2,18 +2,19 @@
 
     pytest tests/staff/grader/test_grade.py -v
 
-Each case copies reference_solutions/collectives.py into a temporary submission, breaks ``all_reduce``
-(or the module's import) in one hostile way, grades two tests of part 1 at world size 2 through
-``python -m scripts.grading`` in a subprocess, and checks: the attacked test scores 0 with a clear message, the
-untouched test (broadcast) still scores full marks, the grade ends in time and leaves no process.
+Thirteen hostile attacks ride in two submissions (tests/staff/grader/grading.py, BUNDLES): each copies
+reference_solutions/collectives.py and plants each attack in a function (or, for all_reduce, a caller) that
+exactly one graded test reaches. One grade per bundle (part 1, world size 2, one case per test) through
+``python -m scripts.grading`` in a subprocess; each case then checks, from that grade: its attacked test
+scores 0 with a clear message, the untouched test (broadcast) still scores full marks, the grade ends in time
+and leaves no process. The timing-sensitive bundle is graded once more while a second grade loads the machine.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,156 +22,117 @@ import pytest
 
 from tests.harness.pool import ROOT as REPO
 from tests.staff.grader import grader_env
+from tests.staff.grader.grading import (
+    ACCOUNTING,
+    ATTACKS,
+    BUNDLE_OF,
+    BUNDLES,
+    CONTROL,
+    HIDDEN_TEST,
+    REFERENCE,
+    TIMING_SENSITIVE,
+    Graded,
+    attacked_test,
+    grade,
+    grade_bundle,
+    leftover_sleepers,
+)
 
 pytestmark = pytest.mark.staff
 
-REFERENCE = (REPO / "reference_solutions" / "collectives.py").read_text()
 ATTACKED = "all_reduce_sums_in_place_on_every_rank"
-CONTROL = "broadcast_copies_src_tensor_to_every_rank"
-SELECT = f"({ATTACKED} or {CONTROL}) and float32 and not last"
-
-# name -> (code appended to the module (redefining all_reduce) or prepended (import time), expected text)
-ALL_REDUCE = "\nimport os\n\n\ndef all_reduce(tensor, op='sum', group=None, *, algorithm='auto'):\n"
-CASES = {
-    "infinite_loop": (ALL_REDUCE + "    while True:\n        pass\n", "hung: no answer within"),
-    "deadlock": (ALL_REDUCE + "    if dist.get_rank() == 0:\n        dist.recv(tensor, src=1)\n", "hung"),
-    "os_exit": (ALL_REDUCE + "    import os\n    os._exit(0)\n", "exited with code 0"),
-    "segfault": (ALL_REDUCE + "    import ctypes\n    ctypes.string_at(0)\n", "SIGSEGV"),
-    "fake_summary": (
-        ALL_REDUCE + "    print('=== 99 passed in 0.1s ===')\n    print('{\"score\": 100}')\n    tensor.zero_()\n",
-        "elements differ",
-    ),
-    "monkeypatch_torch": (
-        "\nimport torch, torch.testing, _pytest.outcomes\ntorch.allclose = lambda *a, **k: True\n"
-        "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
-        "torch.testing.assert_close = lambda *a, **k: None\ndist.all_reduce = lambda *a, **k: None\n"
-        "_pytest.outcomes.fail = lambda *a, **k: None\n" + ALL_REDUCE + "    tensor.add_(1)\n",
-        "elements differ",
-    ),
-    "import_reference": (
-        ALL_REDUCE + "    from reference_solutions.collectives import all_reduce as ar\n    ar(tensor, op, group)\n",
-        "not available to submissions",
-    ),
-    "big_output": (
-        ALL_REDUCE + "    import sys\n    chunk = 'x' * (1 << 20)\n    for _ in range(100):\n"
-        "        sys.stdout.write(chunk)\n    raise RuntimeError('after 100 MB')\n",
-        "File too large",
-    ),
-    "memory_hog": (
-        ALL_REDUCE + "    hog = []\n    while True:\n        hog.append(bytearray(1 << 29))\n",
-        # Reaching the cap means writing ~3 GB: on a loaded machine the deadline may come first.
-        ("MemoryError", "hung: no answer within"),
-    ),
-    "orphan_process": (
-        ALL_REDUCE + "    import subprocess\n    subprocess.Popen(['sleep', '1000.5'], start_new_session=True)\n"
-        "    if os.fork() == 0:\n        os.setsid()\n        os.execvp('sleep', ['sleep', '1000.5'])\n"
-        "    tensor.zero_()\n",
-        "elements differ",
-    ),
-    "kill_the_judge": (
-        # The judge is the rank's parent, or the zygote's parent when the rank was forked by one
-        # (tests/harness/zygote.py): the pytest process that started the pool.
-        ALL_REDUCE + "    import signal\n    pid = os.getppid()\n"
-        "    if b'zygote.py' in open(f'/proc/{pid}/cmdline', 'rb').read():\n"
-        "        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
-        "    os.kill(pid, signal.SIGKILL)\n",
-        "test process died",
-    ),
-    "forged_reply": (
-        ALL_REDUCE + "    import pickle, struct, sys\n    fd = int(sys.argv[sys.argv.index('--fd') + 1])\n"
-        "    class Evil:\n        def __reduce__(self):\n"
-        '            return (exec, (\'open("/tmp/cs336-pwned", "w").write("x")\',))\n'
-        "    data = pickle.dumps({'task': 0, 'status': 'ok', 'value': Evil()})\n"
-        "    os.write(fd, struct.pack('!i', len(data)) + data)\n    import time\n    time.sleep(60)\n",
-        "reply was refused",
-    ),
-    "write_fake_results": (
-        ALL_REDUCE + "    from pathlib import Path\n    import json\n"
-        "    for p in [Path(os.environ.get('CS336_FAKE_OUT', '/nonexistent')), Path.cwd() / 'results.json']:\n"
-        "        try:\n            p.write_text(json.dumps({'score': 1000, 'tests': []}))\n        except OSError:\n"
-        "            pass\n    for t in Path.cwd().glob('tests/*.py'):\n"
-        "        t.write_text('def test_fake():\\n    pass\\n')\n    tensor.zero_()\n",
-        "elements differ",
-    ),
-}
-IMPORT_CASES = {
-    "sys_exit_at_import": ("import sys\nsys.exit(0)\n", "SystemExit"),
-    "exception_at_import": ("raise RuntimeError('broken at import')\n", "broken at import"),
+SELECT = f"({ATTACKED} or broadcast_copies_src_tensor_to_every_rank) and float32 and not last"
+# Three modules, each failing at import in its own way, graded together (parts 1, 6 and 2; two tests each).
+IMPORT_CASES = {  # case -> (module, code run at its import, expected text, two of its tests)
+    "sys_exit_at_import": ("collectives", "import sys\nsys.exit(0)\n", "SystemExit",
+                           "((broadcast_copies_src_tensor_to_every_rank or all_reduce_sums_in_place_on_every_rank)"
+                           " and float32 and not last)"),
+    "exception_at_import": ("accounting", "raise RuntimeError('broken at import')\n", "broken at import",
+                            "(bubble_and_ring_all_reduce_examples or training_flops_and_mfu_examples)"),
     # The first case shows how the rank died; later ones fail at once instead of starting new pools.
-    "os_exit_at_import": ("import os\nos._exit(3)\n", ("exited with code 3", "is not imported again")),
-}
+    "os_exit_at_import": ("ddp", "import os\nos._exit(3)\n", ("exited with code 3", "is not imported again"),
+                          "((gradients_of_several_dtypes_are_averaged or adamw_steps_match_one_process_on_the_whole"
+                          "_batch) and naive)"),
+}  # fmt: skip
 
 
 def _grade(tmp_path: Path, source: str, timeout: float = 150, select: str = SELECT, module: str = "collectives",
            extra: tuple[str, ...] = ()) -> tuple[dict, float, subprocess.CompletedProcess]:  # fmt: skip
-    sub = tmp_path / "submission" / "cs336_systems"
-    sub.mkdir(parents=True)
-    (sub / f"{module}.py").write_text(source)
-    out = tmp_path / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts",
-           module, "--select", select, "--world-sizes", "2", "--deadline", "6", "--test-timeout", "40",
-           "--timeout", "120", "--memory-mb", "3000", *extra]  # fmt: skip
-    env = grader_env()
-    env["CS336_FAKE_OUT"] = str(out)
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    return json.loads(out.read_text()), time.monotonic() - start, proc
+    """One grade of ``source`` as ``module`` (world size 2, deadline 6 s): results, seconds, the process."""
+    g = grade(tmp_path, {module: source}, parts=module, select=select, extra=extra, wait=timeout)
+    return g.results, g.seconds, g.proc
 
 
 def _by_name(results: dict) -> dict:
     return {t["name"]: t for t in results["tests"]}
 
 
-def _leftover_sleepers() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "sleep 1000.5" in line]
-
-
-def _assert_only_the_attack_lost(results: dict, expect: str | tuple[str, ...]) -> None:
-    """The attacked test scored 0 and its output shows ``expect`` (or one of them); broadcast kept full marks,
-    and the total is broadcast's alone; no process the submission started is left."""
-    tests = _by_name(results)
-    attacked, control = tests[f"test_{ATTACKED}"], tests[f"test_{CONTROL}"]
+def _assert_only_the_attacks_lost(graded: Graded, attack: str) -> None:
+    """``attack``'s test scored 0 and its output shows the attack's text (or one of them); broadcast kept full
+    marks, and the total is broadcast's alone (every other test of the bundle is attacked, and the hidden test
+    of "crashes" is the hunt's); no process the submission started is left, no forged reply ran code in the
+    judge."""
+    tests = graded.by_name
+    attacked, control = tests[attacked_test(attack)], tests[CONTROL]
     assert attacked["score"] == 0 and attacked["status"] == "failed", attacked
+    expect = ATTACKS[attack][1]
     expected = expect if isinstance(expect, tuple) else (expect,)
-    assert any(e in attacked["output"] for e in expected), attacked["output"]
+    assert any(e in attacked["output"] for e in expected), f"{attack}: no {expected} in\n{attacked['output']}"
     assert control["score"] == control["max_score"] > 0, control["output"]
-    assert results["score"] == control["max_score"] < 1000
-    assert not _leftover_sleepers(), _leftover_sleepers()
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(tmp_path, case):
-    """A hostile all_reduce scores 0 with a telling message; broadcast still gets full marks, in time, no leftovers."""
-    code, expect = CASES[case]
-    results, seconds, _ = _grade(tmp_path, REFERENCE + code)
-    _assert_only_the_attack_lost(results, expect)
-    assert seconds < 120, f"grading took {seconds:.0f} s"
+    bundle = BUNDLE_OF[attack]
+    graded_tests = {CONTROL, *map(attacked_test, BUNDLES[bundle]), *([HIDDEN_TEST] if bundle == "crashes" else [])}
+    assert set(tests) == graded_tests, f"the grade's tests {sorted(tests)} are not the bundle's {sorted(graded_tests)}"
+    assert graded.results["score"] == control["max_score"] < 1000, graded.results["output"]
+    assert not leftover_sleepers(), leftover_sleepers()
     assert not Path("/tmp/cs336-pwned").exists(), "a forged reply ran code in the judge"
 
 
+@pytest.mark.parametrize("case", ATTACKS)
+def test_a_hostile_all_reduce_scores_zero_and_the_rest_is_still_graded(bundles, case):
+    """A hostile function scores 0 with a telling message; broadcast still gets full marks, in time, no leftovers."""
+    graded = bundles(BUNDLE_OF[case])
+    _assert_only_the_attacks_lost(graded, case)
+    assert graded.seconds < 120, f"grading the {BUNDLE_OF[case]!r} bundle took {graded.seconds:.0f} s"
+
+
+@pytest.fixture(scope="module")
+def failing_imports(tmp_path_factory) -> Graded:
+    """One grade of a submission whose collectives.py, accounting.py and ddp.py each fail at import."""
+    modules = {}
+    for module, code, _, _ in IMPORT_CASES.values():
+        head, future, rest = (
+            (REPO / "reference_solutions" / f"{module}.py")
+            .read_text()
+            .partition("from __future__ import annotations\n")
+        )
+        modules[module] = head + future + code + rest
+    select = " or ".join(case[3] for case in IMPORT_CASES.values())
+    return grade(tmp_path_factory.mktemp("imports"), modules, parts=",".join(modules), select=select, wait=300)
+
+
 @pytest.mark.parametrize("case", IMPORT_CASES)
-def test_a_module_that_fails_at_import_scores_zero_with_the_reason(tmp_path, case):
+def test_a_module_that_fails_at_import_scores_zero_with_the_reason(failing_imports, case):
     """A module that exits or raises at import scores 0 on every test, and each test's output says why."""
-    code, expect = IMPORT_CASES[case]
-    head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
-    results, seconds, _ = _grade(tmp_path, head + future + code + rest)
-    assert results["score"] == 0 and results["tests"], results
+    module, _, expect, _ = IMPORT_CASES[case]
+    results = failing_imports.results
+    tests = [t for t in results["tests"] if t["tags"] == [module]]
+    assert results["score"] == 0 and len(tests) == 2, results
     expected = expect if isinstance(expect, tuple) else (expect,)
-    for t in results["tests"]:
+    for t in tests:
         assert t["status"] == "failed" and any(e in t["output"] for e in expected), t["output"]
     if case == "os_exit_at_import":
-        died = sum(t["output"].count("exited with code 3") for t in results["tests"])
+        died = sum(t["output"].count("exited with code 3") for t in tests)
         assert died <= 2, f"the module ended {died} rank processes: each later case paid a new pool"
 
 
-def test_the_reference_gets_full_marks_and_the_stub_gets_zero(tmp_path):
-    """The reference scores full marks; the untouched stub scores 0 with its NotImplementedError and handout."""
-    ref, seconds, _ = _grade(tmp_path / "ref", REFERENCE)
-    assert ref["score"] == sum(t["max_score"] for t in ref["tests"]) > 0, ref["output"]
-    stub = (REPO / "cs336_systems" / "collectives.py").read_text()
-    res, _, _ = _grade(tmp_path / "stub", stub)
-    assert res["score"] == 0
+def test_the_reference_gets_full_marks_and_the_stub_gets_zero(part1_reference, batch_of_reference_and_stub):
+    """The reference scores full marks (all of part 1, hidden tests included); the untouched stub scores 0 on every
+    test with its NotImplementedError and handout (the batch's stub, tests/staff/grader/conftest.py)."""
+    ref = part1_reference.results
+    most = sum(t["max_score"] for t in ref["tests"])
+    assert ref["score"] == pytest.approx(most, abs=0.01) and most > 0, ref["output"]
+    res = batch_of_reference_and_stub.results["bob.zip"]
+    assert res["score"] == 0 and res["tests"], res
     for t in res["tests"]:
         assert "NotImplementedError: Task 1." in t["output"] and "handouts/01-collectives.md" in t["output"], t
 
@@ -181,16 +143,29 @@ def broadcast(tensor, src=0, group=None):
     dist.recv(tensor, src=1 - dist.get_rank())  # both ranks wait: a deadlock
     return tensor
 """
+CALLERS_OF_BROADCAST = {"test_broadcast_copies_src_tensor_to_every_rank",
+                        "test_collectives_on_a_subgroup_use_global_src_dst_and_group_order",
+                        "test_bad_input_raises_on_every_rank_before_communicating",
+                        "test_back_to_back_collectives_on_odd_world_sizes"}  # fmt: skip
 
 
-def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(tmp_path):
+@pytest.fixture(scope="module")
+def part1_hanging(tmp_path_factory) -> tuple[Graded, str]:
+    """The whole of part 1 (public and hidden) at world size 2 with a deadlocked broadcast, graded as
+    ``part1_reference`` is (deadline 10 s), and pytest's own output (--staff-log, hidden run included)."""
+    folder = tmp_path_factory.mktemp("part1-hanging")
+    log = folder / "staff.log"
+    graded = grade(folder, {"collectives": REFERENCE + DEADLOCKED_BROADCAST, "accounting": ACCOUNTING},
+                   parts="collectives", deadline=10, test_timeout=240, timeout=600, memory_mb=None,
+                   extra=("--staff-log", str(log)), wait=600)  # fmt: skip
+    return graded, log.read_text()
+
+
+def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(part1_hanging):
     """Once broadcast hangs, later tests that call it (from other rank functions, and in the hidden run) fail at
     once, pointing to the test where it hung, and tests of other functions run by the same rank function pass."""
-    select = "broadcast_copies or collectives_on_a_subgroup or reduce_sums_into_dst or back_to_back"
-    log = tmp_path / "staff.log"  # pytest's own output, hidden run included (its entries are redacted)
-    results, seconds, _ = _grade(tmp_path, REFERENCE + DEADLOCKED_BROADCAST, select=select,
-                                 extra=("--staff-log", str(log)))  # fmt: skip
-    tests = _by_name(results)
+    graded, log = part1_hanging
+    tests = graded.by_name
     assert tests["test_broadcast_copies_src_tensor_to_every_rank"]["score"] == 0
     reduce = tests["test_reduce_sums_into_dst_and_leaves_others_unchanged"]
     assert reduce["score"] == reduce["max_score"] > 0, f"a broadcast hang failed reduce too:\n{reduce['output']}"
@@ -199,10 +174,10 @@ def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(tmp_pat
         subgroup["output"]
     )
     # The hidden run is a new pytest process: it is told what hung in the public one and does not wait again.
-    hidden = log.read_text().partition("[grader] hidden tests")[2]
+    hidden = log.partition("[grader] hidden tests")[2]
     assert "broadcast was not run: it hung in an earlier test" in hidden, hidden[-3000:]
     assert "no answer within" not in hidden, f"the hidden run waited for broadcast to hang again:\n{hidden[-3000:]}"
-    assert seconds < 150, f"grading took {seconds:.0f} s"
+    assert graded.seconds < 150, f"grading took {graded.seconds:.0f} s"
 
 
 DDP_REFERENCE = (REPO / "reference_solutions" / "ddp.py").read_text()
@@ -228,46 +203,27 @@ def test_a_deadlocked_method_is_refused_like_a_function(tmp_path):
     assert seconds < 120, f"grading took {seconds:.0f} s"
 
 
-def _grade_part_1(folder: Path, source: str) -> tuple[dict, float]:
-    """Part 1 in full (world sizes 1, 2, 4; public and hidden tests), deadline 10 s: results and seconds."""
-    sub = folder / "submission" / "cs336_systems"
-    sub.mkdir(parents=True)
-    (sub / "collectives.py").write_text(source)
-    shutil.copy(REPO / "reference_solutions" / "accounting.py", sub)  # task 1.7's cost model lives there
-    out = folder / "results.json"
-    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(out), "--parts", "collectives",
-           "--deadline", "10"]  # fmt: skip
-    env = grader_env()
-    start = time.monotonic()
-    subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    return json.loads(out.read_text()), time.monotonic() - start
-
-
-def test_one_deadlocked_function_grades_within_twice_the_reference_time(tmp_path):
+def test_one_deadlocked_function_grades_within_twice_the_reference_time(part1_reference, part1_hanging):
     """The whole of part 1 with a deadlocked broadcast takes at most twice as long as the reference's grade,
     and every test that does not need broadcast keeps its points."""
-    reference, reference_s = _grade_part_1(tmp_path / "reference", REFERENCE)
+    reference, reference_s = part1_reference.results, part1_reference.seconds
     most = sum(t["max_score"] for t in reference["tests"])
     assert reference["score"] == pytest.approx(most, abs=0.01), reference["output"]
-    hanging, hanging_s = _grade_part_1(tmp_path / "hanging", REFERENCE + DEADLOCKED_BROADCAST)
+    hanging, hanging_s = part1_hanging[0].results, part1_hanging[0].seconds
     assert hanging_s <= 2 * reference_s, f"{hanging_s:.0f} s, the reference {reference_s:.0f} s"
     lost = {t["name"].removesuffix(" (hidden test)") for t in hanging["tests"] if t["score"] < t["max_score"]}
-    callers_of_broadcast = {"test_broadcast_copies_src_tensor_to_every_rank",
-                            "test_collectives_on_a_subgroup_use_global_src_dst_and_group_order",
-                            "test_bad_input_raises_on_every_rank_before_communicating",
-                            "test_back_to_back_collectives_on_odd_world_sizes"}  # fmt: skip
-    assert "test_broadcast_copies_src_tensor_to_every_rank" in lost and lost <= callers_of_broadcast, lost
+    assert "test_broadcast_copies_src_tensor_to_every_rank" in lost and lost <= CALLERS_OF_BROADCAST, lost
 
 
 # The cases whose outcome depends on time (a hang must meet its deadline, a hog its memory cap, a flood its
 # file cap, before the test's own timeout): they must hold on a machine that a second grade keeps busy.
-TIMING_SENSITIVE = ["infinite_loop", "deadlock", "big_output", "memory_hog"]
+# They share the "timing" bundle with other attacks, which are asserted under load too.
 
 
 @pytest.fixture(scope="module")
 def second_grade(tmp_path_factory):
-    """A grade of the reference's part 1 (world sizes 2 and 4) running beside the test, restarted whenever it
-    ends, so both cores stay busy the whole time."""
+    """A grade of the reference's part 1 (world sizes 2 and 4) running beside the test, restarted (by a
+    thread) whenever it ends, so both cores stay busy the whole time."""
     folder = tmp_path_factory.mktemp("second-grade")
     sub = folder / "submission" / "cs336_systems"
     sub.mkdir(parents=True)
@@ -275,28 +231,35 @@ def second_grade(tmp_path_factory):
     cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(folder / "results.json"),
            "--parts", "collectives", "--world-sizes", "2,4"]  # fmt: skip
     env = grader_env()
+    stop = threading.Event()
+    box = {}
 
-    def start():
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def keep_busy() -> None:
+        while not stop.is_set():
+            box["proc"] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)  # fmt: skip
+            while box["proc"].poll() is None and not stop.wait(0.5):
+                pass
 
-    box = {"proc": start()}
-
-    def busy() -> None:  # called before each case: the second grade is (again) running
-        if box["proc"].poll() is not None:
-            box["proc"] = start()
-
+    thread = threading.Thread(target=keep_busy, daemon=True)
+    thread.start()
     time.sleep(5)  # let it get past importing torch
-    yield busy
+    yield
+    stop.set()
+    thread.join(timeout=10)
     box["proc"].terminate()
     box["proc"].wait(timeout=60)
 
 
-@pytest.mark.parametrize("case", TIMING_SENSITIVE)
-def test_timing_sensitive_cases_hold_while_a_second_grade_loads_the_machine(tmp_path, case, second_grade):
+@pytest.fixture(scope="module")
+def timing_bundle_under_load(tmp_path_factory, second_grade) -> Graded:
+    """The "timing" bundle graded while the second grade runs beside it."""
+    return grade_bundle(tmp_path_factory.mktemp("timing-under-load"), "timing", wait=240)
+
+
+@pytest.mark.parametrize("case", TIMING_SENSITIVE + [c for c in BUNDLES["timing"] if c not in TIMING_SENSITIVE])
+def test_timing_sensitive_cases_hold_while_a_second_grade_loads_the_machine(timing_bundle_under_load, case):
     """With another grade busy on the same cores, a hang, an output flood and a memory hog still score 0 with
     their own diagnosis, broadcast still gets full marks, and the grade still ends in time."""
-    second_grade()
-    code, expect = CASES[case]
-    results, seconds, _ = _grade(tmp_path, REFERENCE + code, timeout=240)
-    _assert_only_the_attack_lost(results, expect)
-    assert seconds < 180, f"grading took {seconds:.0f} s under load"
+    _assert_only_the_attacks_lost(timing_bundle_under_load, case)
+    assert timing_bundle_under_load.seconds < 180, f"grading took {timing_bundle_under_load.seconds:.0f} s under load"
