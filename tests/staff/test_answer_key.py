@@ -194,6 +194,7 @@ def test_an_answer_with_a_result_must_declare_its_inputs():
         (((1, "the table"),), (), "a", "split it"),
         (((0.5, "the fraction; why it cannot hide"),), (), "a", "bundles criteria"),
         (((0.5, "the fraction, and why it cannot hide"),), (), "a", "bundles criteria"),
+        (((0.5, "the answer: no, with CPU contention named"),), (), "a", "bundles criteria"),
         (((0.3, "a"), (0.2, "b")), (), "a", "multiples of 0.25"),
         (((0.5, "a"),), (), "Grade the reasoning: bytes and overlap.", "which reasoning"),
     ],

@@ -183,6 +183,7 @@ def _bound_names(target: ast.AST) -> list[str]:
 
 
 DEDUCTION = re.compile(r"[−-]\s?(\d+(?:\.\d+)?)")
+BUNDLED = re.compile(r";|, and |, with ")  # "the number, and why" / "the answer, with the reason": two criteria
 VAGUE = re.compile(r"grade the reasoning|use judgement|use judgment|at the grader's discretion", re.IGNORECASE)
 
 
@@ -190,8 +191,9 @@ def rubric_problems(p: Problem) -> list[str]:
     """What makes a problem's rubric hard to apply for a grader who did not solve it (empty: fine).
 
     One criterion per line, quarter points at the finest: every line's points and every deduction a multiple of
-    0.25; a line worth more than 0.5 is split; a line worth more than 0.25 that lists criteria (';', ', and ') is
-    split, one line per criterion; no "grade the reasoning" (say which reasoning earns what)."""
+    0.25; a line worth more than 0.5 is split; a line worth more than 0.25 that lists criteria (';', ', and ',
+    ', with ' outside parentheses) is split, one line per criterion; no "grade the reasoning" (say which
+    reasoning earns what)."""
     found = []
     for pts, what in p.rubric:
         if pts <= 0 or abs(pts * 4 - round(pts * 4)) > 1e-9:
@@ -200,7 +202,7 @@ def rubric_problems(p: Problem) -> list[str]:
             found.append(
                 f"rubric line {what!r} is worth {pts:g}: split it into lines of 0.25 or 0.5, one criterion each"
             )
-        elif pts > 0.25 and (";" in what or ", and " in what):
+        elif pts > 0.25 and BUNDLED.search(re.sub(r"\([^()]*\)", "", what)):  # outside parentheses
             found.append(f"rubric line {what!r} bundles criteria into {pts:g} pts: one line per criterion")
     for w in p.wrong:
         for m in DEDUCTION.finditer(w):

@@ -92,7 +92,8 @@ cores, so overlap hides much less than on a GPU (where NCCL runs on its own stre
                 rubric=(
                     (0.5, "the ratio computed from their table"),
                     (0.5, "the bound: backward's duration (≈ 2/3 of compute) / the last bucket cannot hide"),
-                    (0.5, "how much was hidden here, computed, with the CPU-contention remark or similar"),
+                    (0.25, "how much was hidden here, computed from their table"),
+                    (0.25, "the CPU-contention remark (compute and communication share the cores) or similar"),
                 ),
             ),
             Problem(

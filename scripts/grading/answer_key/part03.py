@@ -55,10 +55,12 @@ forward/backward a gathered layer adds one full weight at a time (the peak, not 
                     "parameter bytes equal to unsharded (full weights kept after forward).",
                 ),
                 rubric=(
-                    (0.5, "names the replicated (unsharded) parameters and the ownership/padding granularity"),
-                    (0.5, "tables and both plots included, numbers read against the formula line"),
+                    (0.25, "names the replicated (unsharded) parameters"),
+                    (0.25, "names the ownership/padding granularity"),
+                    (0.25, "tables and both plots included"),
+                    (0.25, "numbers read against the formula line"),
                 ),
-                wrong=("'The formula is approximate' with no source of the difference: 0 of 0.5.",),
+                wrong=("'The formula is approximate' with no source of the difference: 0 for the two 'names' lines.",),
             ),
             Problem(
                 "b",
@@ -113,7 +115,8 @@ sharded), so it never drops below 2Ψ = **{FLOOR2:.0f} GB** however large N.""",
 **N ≥ {STAGE3_N} GPUs** (in practice 24 or 32: three or four nodes).""",
                 given=("70B", "8 × 80 GB", "30%"),
                 rubric=(
-                    (0.5, f"the four per-GPU numbers ({', '.join(f'{x:.0f}' for x in ON8)} GB) and 'none fits'"),
+                    (0.25, f"the four per-GPU numbers ({', '.join(f'{x:.0f}' for x in ON8)} GB)"),
+                    (0.25, "'none fits'"),
                     (0.5, f"stage 3 needs {STAGE3_N} GPUs"),
                 ),
                 wrong=("Using all 80 GB (forgetting the 30% reserve): N = 14 for stage 3; −0.5.",),
@@ -131,11 +134,8 @@ behind the previous layer); e.g. at 989 TFLOP/s and 50% MFU that is 6·Ψ·token
 ≈ {num(TOKENS_TO_HIDE)} tokens per GPU per step.""",
                 given=("100 GB/s", "7.5e9 bf16 parameters", "N = 64", "989 TFLOP/s", "50% MFU"),
                 rubric=(
-                    (
-                        0.5,
-                        f"{num(DDP_BYTES / GB)} GB / {seconds(DDP_BYTES / LINK)} and {num(Z3_BYTES / GB)} GB / "
-                        f"{seconds(Z3_BYTES / LINK)} (±5%)",
-                    ),
+                    (0.25, f"DDP: {num(DDP_BYTES / GB)} GB / {seconds(DDP_BYTES / LINK)} (±5%)"),
+                    (0.25, f"stage 3: {num(Z3_BYTES / GB)} GB / {seconds(Z3_BYTES / LINK)} (±5%)"),
                     (
                         0.25,
                         f"compute per step ≥ all of stage 3's traffic, {seconds(Z3_BYTES / LINK)} (not only the extra)",
@@ -155,10 +155,11 @@ master copy of the weights into the optimizer state, which stage 1 shards; in pu
 themselves are the master copy and stay replicated.""",
                 given=("4 + 4 + 8 bytes",),
                 rubric=(
-                    (0.5, f"{FP32:.0%} and {MIXED:.0%}"),
+                    (0.25, f"pure fp32: {FP32:.0%}"),
+                    (0.25, f"mixed precision: {MIXED:.0%}"),
                     (0.5, "the master weights live in the optimizer state under mixed precision"),
                 ),
-                wrong=("Comparing absolute bytes instead of fractions: 0.5 if both fractions follow.",),
+                wrong=("Comparing absolute bytes instead of fractions: both fraction lines if the fractions follow.",),
             ),
         ),
     ),

@@ -87,7 +87,8 @@ is why TP pays only for large h (compute ∝ h², communication ∝ h) and on fa
                 ),
                 rubric=(
                     (0.5, "their times quoted from the benchmark"),
-                    (0.5, "the answer: no (or not cleanly), with CPU contention / oversubscription named"),
+                    (0.25, "the answer: no (or not cleanly)"),
+                    (0.25, "CPU contention / oversubscription named as a cause"),
                     (0.5, "at d = 512 the collectives cost about as much as the matmuls"),
                     (0.5, "compute grows as h², communication as h: larger models scale better"),
                 ),
@@ -114,9 +115,16 @@ pair, whose output is replicated the same way after the gather) would be wrong; 
 correctly.""",
                 rubric=(
                     (0.5, "the four maps and transposes (copy ↔ sum, all-gather ↔ reduce-scatter)"),
-                    (0.5, "g (identity backward) breaks when the loss is on rank 0 only, with the reason"),
+                    (0.25, "g (identity backward) breaks when the loss is on rank 0 only"),
+                    (
+                        0.25,
+                        "the reason: the other ranks' output gradients are zero, while g's identity assumes each "
+                        "rank holds the full gradient",
+                    ),
                 ),
-                wrong=("Naming f: f's all-reduce sums whatever each rank holds, so it is right. 0 of 0.5.",),
+                wrong=(
+                    "Naming f: f's all-reduce sums whatever each rank holds, so it is right. 0 of the two g lines.",
+                ),
             ),
             Problem(
                 "2",
@@ -130,7 +138,8 @@ independent of s and b. h = 12288, T = 8: NVLink (450 GB/s) **{NVLINK:.2f}**, ac
                 given=("h = 12288", "T = 8", "F = 989 TFLOP/s", "B = 450 GB/s", "B = 50 GB/s"),
                 rubric=(
                     (0.5, "the formula 2(T − 1)F/(9hB) (or equivalent with the FLOP count stated)"),
-                    (0.5, f"≈ {NVLINK:.2f} and ≈ {IB:.1f} (±15%), NVLink a tax, across nodes dominant"),
+                    (0.25, f"≈ {NVLINK:.2f} on NVLink and ≈ {IB:.1f} across nodes (±15%)"),
+                    (0.25, "NVLink: a small tax; across nodes: communication dominates"),
                 ),
                 wrong=("Counting the all-reduce as M bytes (not 2(T − 1)/T·M): off by 1.75×; −0.25.",),
             ),
@@ -144,7 +153,8 @@ SP costs no extra communication: each all-reduce becomes a reduce-scatter + all-
 all-reduce is built anyway (the same 2(T − 1)/T·M bytes), so the saving is free apart from more, smaller
 calls.""",
                 rubric=(
-                    (0.5, f"b = {B_TP} without SP and b = {B_SP} with SP (from activation_memory_per_layer)"),
+                    (0.25, f"b = {B_TP} without SP (from activation_memory_per_layer)"),
+                    (0.25, f"b = {B_SP} with SP"),
                     (0.5, "SP's communication: RS + AG = all-reduce's bytes: free"),
                 ),
             ),

@@ -87,7 +87,7 @@ token's activations and lie on the critical path, so they need NVLink bandwidth.
                     (0.25, "why EP < DP is allowed"),
                     (0.25, "the all-to-all is on the critical path, so EP stays inside a node"),
                 ),
-                wrong=("Dividing expert grads by 8 (the replicas): 8× too large. 0 of 0.5.",),
+                wrong=("Dividing expert grads by 8 (the replicas): 8× too large. 0 for the experts line.",),
             ),
             Problem(
                 "4",
@@ -103,11 +103,8 @@ k = 2; EP wins on compute (one large matmul per expert instead of d_ff/8 = {DFF 
 grow with E, TP on balance (no straggler expert).""",
                 given=("d = 6144", "d_ff = 16384", "E = 8", "k = 2", "4096 tokens per rank", "EP 8", "TP 8"),
                 rubric=(
-                    (
-                        0.5,
-                        f"EP {num(EP_BYTES / 1e6)} MB and TP's count ({num(TP_ONE / 1e6)} or {num(TP_TWO / 1e6)} MB) "
-                        "from the functions, with the all-reduces counted",
-                    ),
+                    (0.25, f"EP {num(EP_BYTES / 1e6)} MB from the function"),
+                    (0.25, f"TP {num(TP_ONE / 1e6)} or {num(TP_TWO / 1e6)} MB, with its all-reduces counted"),
                     (0.25, "the comparison: similar bytes at k = 2"),
                     (0.25, "one other difference: matmul size, load imbalance or expert memory"),
                 ),  # fmt: skip

@@ -70,7 +70,8 @@ splits the 128k sequence (attention's s² compute and the activations) with traf
                     "CP = 8",
                 ),
                 rubric=(
-                    (0.5, "what each splits and communicates, critical path vs overlapped"),
+                    (0.25, "what each splits and communicates"),
+                    (0.25, "SP on the critical path, CP overlapped"),
                     (0.25, f"≈ {nbytes(SP_BYTES)} against ≈ {nbytes(CP_BYTES)}"),
                     (0.25, "why combine: TP + SP splits the weights, CP the sequence"),
                 ),
@@ -115,7 +116,8 @@ communication bound at small s (s = c·N). A causal zigzag block computes half a
                 given=("your machine",),
                 rubric=(
                     (0.5, "the derivation"),
-                    (0.5, "their F, W and c, the sequence length read from the benchmark, causal doubles c"),
+                    (0.25, "their F, W and c, and the sequence length read from the benchmark"),
+                    (0.25, "a causal zigzag block doubles c"),
                 ),
             ),
             Problem(
@@ -130,8 +132,10 @@ rank (34·sbh/8, no score term). Storing every step's s/N × s/N probabilities i
 **{nbytes(PROBS)}** per rank per layer: impossible.""",
                 given=("s = 128k", "problem 1's 70B model", "b = 1", "CP = 8"),
                 rubric=(
-                    (0.5, "what is kept (q, k, v, o, LSE) and recomputation"),
-                    (0.5, f"≈ {nbytes(PART6)} vs ≈ {nbytes(RING)}, probabilities ≈ {nbytes(PROBS)}"),
+                    (0.25, "what is kept (q, k, v, o, LSE)"),
+                    (0.25, "the probabilities are recomputed in backward"),
+                    (0.25, f"≈ {nbytes(PART6)} against ≈ {nbytes(RING)}"),
+                    (0.25, f"probabilities ≈ {nbytes(PROBS)}"),
                 ),
             ),
             Problem(
@@ -149,7 +153,8 @@ arbitrary masks (document masking) and load balance with no ring schedule; Llama
                 rubric=(
                     (0.25, "bytes ≈ equal; memory: full K/V against two blocks"),
                     (0.25, "the ring overlaps each hop, the all-gather is exposed"),
-                    (0.5, "GQA makes K/V small, masks/simplicity: when all-gather is better"),
+                    (0.25, "GQA makes K/V small"),
+                    (0.25, "arbitrary masks or simplicity: when the all-gather is the better choice"),
                 ),
             ),
         ),

@@ -109,7 +109,8 @@ needed), to verify it; no checksum reads exactly what is needed but loads a flip
 silently into training.""",
                 given=("4096-byte", "(8192, 28672)", "bf16", "TP = 2", "TP = 4"),
                 rubric=(
-                    (0.5, f"needed {num(NEEDED / 1e6)} MB and read {num(READ / 1e6)} MB in {ROWS} calls (±5%)"),
+                    (0.25, f"needed {num(NEEDED / 1e6)} MB (±5%)"),
+                    (0.25, f"read {num(READ / 1e6)} MB in {ROWS} calls (±5%)"),
                     (0.25, f"one checksum per box reads the whole box ({num(BOX / 1e6)} MB, 2×)"),
                     (0.25, "no checksum: corruption loads silently"),
                 ),
@@ -128,8 +129,10 @@ Asynchronous: S = {seconds(STAGE)}, W = {seconds(SYNC_C)}, τ* = max(√(2SM), W
 (R/M = {R / M:.3f}) dominates both, so faster restarts (spares, live recovery) are worth more.""",
                 given=("25 GB/s", "8 GPUs", "M = 11 135 s", "R = 600 s"),
                 rubric=(
-                    (0.5, f"staging {seconds(STAGE)} and {num(8 * SHARD / 1e9)} / {num(16 * SHARD / 1e9)} GB pinned"),
-                    (0.5, f"goodput {GOOD_SYNC:.3f} vs {GOOD_ASYNC:.3f} (±0.005) with the restart named as dominant"),
+                    (0.25, f"staging {seconds(STAGE)}"),
+                    (0.25, f"{num(8 * SHARD / 1e9)} / {num(16 * SHARD / 1e9)} GB pinned"),
+                    (0.25, f"goodput {GOOD_SYNC:.3f} vs {GOOD_ASYNC:.3f} (±0.005)"),
+                    (0.25, "the restart named as the dominant cost"),
                 ),
                 wrong=("Using the total checkpoint (980 GB) per node for the pinned memory: −0.25.",),
             ),
@@ -146,11 +149,12 @@ to tolerance, not bit for bit. On GPUs, kernels with atomic adds (`index_add_`/`
 embedding's backward) or cuBLAS's split-K choices change summation order from run to run even at the same
 size, unless deterministic algorithms are forced.""",
                 rubric=(
-                    (0.5, "the list (RNG of every rank, sampler position, step, optimizer state) with ~KB per rank"),
+                    (0.25, "the list (RNG of every rank, sampler position, step, optimizer state)"),
+                    (0.25, "~KB per rank"),
                     (0.25, "at another size: summation order and RNG streams change"),
                     (0.25, "one nondeterministic GPU kernel named"),
                 ),
-                wrong=("Only the model and optimizer state: 0 of the first 0.5.",),
+                wrong=("Only the model and optimizer state: 0 for the list and its size.",),
             ),
             Problem(
                 "5",
@@ -161,7 +165,8 @@ blocking time as a fraction of a synchronous save, DCP's `async_save` blocking t
 save with a concrete next change (e.g. fewer, larger writes; checksumming in the background thread).""",
                 rubric=(
                     (0.5, "the four numbers reported as ratios with their intervals"),
-                    (0.5, "a profile of one save and a change justified by it"),
+                    (0.25, "a profile of one save"),
+                    (0.25, "a change justified by the profile"),
                 ),
                 expect=(
                     "The reference on the course VM (2-core CPU, gloo, smallest sizes): save ~2-3x DCP's throughput, "
@@ -196,7 +201,8 @@ corrupted state (a NaN, a bad step, a software bug) that every replica shares, a
                     "10 s",
                 ),
                 rubric=(
-                    (0.5, f"{seconds(RESTART_COST)} and {seconds(LIVE_COST)} per failure (±10%)"),
+                    (0.25, f"restart: {seconds(RESTART_COST)} per failure (±10%)"),
+                    (0.25, f"live recovery: {seconds(LIVE_COST)} per failure (±10%)"),
                     (0.25, f"~{LOST_RESTART:.0%} against ~{LOST_LIVE:.1%} of the day"),
                     (0.25, "one reason to keep checkpointing"),
                 ),
@@ -231,8 +237,12 @@ averaged with weights by their sample counts), gradient accumulation so that eac
 up to the same global batch, a slightly smaller global batch (1020) with the learning rate rescaled, or a hot
 spare node that takes the lost replica's place (Meta's answer).""",
                 given=("256 data-parallel replicas", "TP = 8", "1,024 sequences"),
-                rubric=((0.5, f"{NEW_WORLD} replicas, {1 - NEW_WORLD / 256:.0%} lost"), (0.5, "two ways to do better")),
-                wrong=("255 replicas (does not divide 1024): 0 of the first 0.5.",),
+                rubric=(
+                    (0.25, f"{NEW_WORLD} replicas"),
+                    (0.25, f"{1 - NEW_WORLD / 256:.0%} of the throughput lost"),
+                    (0.5, "two ways to do better"),
+                ),
+                wrong=("255 replicas (does not divide 1024): 0 for the replicas and the throughput lines.",),
             ),
         ),
     ),
