@@ -63,6 +63,8 @@ __all__ = [
     "checkpoint_interval",
     "checkpoint_goodput",
     "async_checkpoint_interval",
+    "transformer_num_params",
+    "capstone_bytes_per_rank",
 ]
 
 
@@ -624,3 +626,58 @@ def async_checkpoint_interval(stage_seconds, write_seconds, mtbf_seconds) -> flo
     > 0 or a negative ``write_seconds``, naming the argument.
     """
     raise NotImplementedError("Task 10.7 (failure accounting): see handouts/10-failures.md §10.7")
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 11.4: the capstone in numbers (handouts/11-capstone.md §11.4)
+# The given transformer's size, and what one rank of a dp x pp x cp x tp mesh sends per step.
+# ---------------------------------------------------------------------------------------------
+
+
+def transformer_num_params(vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, *, moe_every=0,
+                           num_experts=0) -> int:  # fmt: skip
+    """Parameters of ``transformer.Transformer`` with these sizes (h = d_model, f = d_ff, a = n_heads,
+    g = n_kv_heads, head_dim = h / a, E = num_experts, V = vocab):
+
+        embedding V·h  +  head V·h + h (its RMSNorm)  +  per block: 2h (two RMSNorms)
+        + attention 2·h² + 2·h·g·h/a (wq and wo h x h; wk and wv h x g·head_dim; no biases)
+        + FFN: SwiGLU 3·h·f, or in an MoE block (``moe_every`` = k > 0: blocks k-1, 2k-1, ...)
+          a router h·E and E experts of ``models.MLP`` (GELU, biases): E·(2·h·f + f + h).
+
+    Example: the default TransformerConfig (V = 40, h = 192, 4 layers, 6 heads, 2 kv heads, f = 512):
+    1_589_952; with an MoE every second block (4 experts): 2_580_160.
+
+    Raises ``TypeError`` for a non-int and ``ValueError`` for a count < 1 (``moe_every`` and
+    ``num_experts`` < 0), ``d_model`` not divisible by ``n_heads``, ``n_heads`` not by ``n_kv_heads``,
+    or ``moe_every`` > 0 with ``num_experts`` < 1, naming the argument.
+    """
+    raise NotImplementedError("Task 11.4 (capstone accounting): see handouts/11-capstone.md §11.4")
+
+
+def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, seq, microbatch, *, dp, pp, cp, tp,
+                            num_microbatches, bytes_per_element=2) -> dict[str, float]:  # fmt: skip
+    """Bytes one rank of a middle pipeline stage sends per training step along each axis, as
+    ``parallelize`` trains (ring collectives; e = ``bytes_per_element`` for activations and gradients).
+
+    With L = n_layers / pp blocks on the stage, m = ``num_microbatches`` and A = e · (seq / cp) ·
+    microbatch · d_model the bytes of one microbatch's activations of this rank's cp block:
+        "tp"  per block and microbatch, an all-gather and a reduce-scatter around attention and the
+              SwiGLU, forward and backward: 8 · (tp - 1)/tp · A · L · m
+        "cp"  ring attention of the key/value blocks of the n_heads / tp heads this rank attends with
+              (keys and values repeated to the query heads before the ring), float32 gradients
+              (2e bytes): ``ring_attention_bytes_per_rank(seq, microbatch, n_heads / tp, head_dim, cp,
+              e, 2e)`` · L · m, plus the gradients averaged over cp:
+              ``ring_all_reduce_bytes_per_rank(G, cp)`` with G = e · num_params / (tp · pp)
+        "pp"  one activation forward and one gradient back per microbatch, sequence-parallel
+              (s/(cp·tp) tokens): 2 · A / tp · m (0 when pp = 1)
+        "dp"  ``ring_all_reduce_bytes_per_rank(G, dp)``
+    (G counts the replicated norms and embeddings once per tp rank too: an approximation.)
+
+    L is rounded up when pp does not divide n_layers (the deepest stage). Example: 1e6 parameters, 4
+    layers, h = 64, 4 heads of 16, seq 64, microbatch 2, dp = pp = cp = tp = 2, m = 2:
+    {"tp": 131_072, "cp": 696_608, "pp": 16_384, "dp": 500_000}.
+
+    Raises ``TypeError``/``ValueError`` naming the argument for bad counts, ``seq`` not divisible by
+    cp·tp, or ``n_heads`` not divisible by tp.
+    """
+    raise NotImplementedError("Task 11.4 (capstone accounting): see handouts/11-capstone.md §11.4")

@@ -66,6 +66,8 @@ __all__ = [
     "checkpoint_interval",
     "checkpoint_goodput",
     "async_checkpoint_interval",
+    "transformer_num_params",
+    "capstone_bytes_per_rank",
 ]
 
 
@@ -1061,4 +1063,100 @@ def async_checkpoint_interval(stage_seconds, write_seconds, mtbf_seconds) -> flo
     w = _count(write_seconds, "write_seconds")
     m = _positive(mtbf_seconds, "mtbf_seconds")
     return max(math.sqrt(2 * s * m), w)
+    # END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 11.4: the capstone in numbers (handouts/11-capstone.md §11.4)
+# The given transformer's size, and what one rank of a dp x pp x cp x tp mesh sends per step.
+# ---------------------------------------------------------------------------------------------
+
+
+def transformer_num_params(vocab, d_model, n_layers, n_heads, n_kv_heads, d_ff, *, moe_every=0,
+                           num_experts=0) -> int:  # fmt: skip
+    """Parameters of ``transformer.Transformer`` with these sizes (h = d_model, f = d_ff, a = n_heads,
+    g = n_kv_heads, head_dim = h / a, E = num_experts, V = vocab):
+
+        embedding V·h  +  head V·h + h (its RMSNorm)  +  per block: 2h (two RMSNorms)
+        + attention 2·h² + 2·h·g·h/a (wq and wo h x h; wk and wv h x g·head_dim; no biases)
+        + FFN: SwiGLU 3·h·f, or in an MoE block (``moe_every`` = k > 0: blocks k-1, 2k-1, ...)
+          a router h·E and E experts of ``models.MLP`` (GELU, biases): E·(2·h·f + f + h).
+
+    Example: the default TransformerConfig (V = 40, h = 192, 4 layers, 6 heads, 2 kv heads, f = 512):
+    1_589_952; with an MoE every second block (4 experts): 2_580_160.
+
+    Raises ``TypeError`` for a non-int and ``ValueError`` for a count < 1 (``moe_every`` and
+    ``num_experts`` < 0), ``d_model`` not divisible by ``n_heads``, ``n_heads`` not by ``n_kv_heads``,
+    or ``moe_every`` > 0 with ``num_experts`` < 1, naming the argument.
+    """
+    # BEGIN SOLUTION: Task 11.4 (capstone accounting)
+    v, h, layers, a, g, f = (_count(x, n, minimum=1, integer=True) for x, n in [
+        (vocab, "vocab"), (d_model, "d_model"), (n_layers, "n_layers"), (n_heads, "n_heads"),
+        (n_kv_heads, "n_kv_heads"), (d_ff, "d_ff")])  # fmt: skip
+    k = _count(moe_every, "moe_every", integer=True)
+    e = _count(num_experts, "num_experts", integer=True)
+    if h % a:
+        raise ValueError(f"d_model ({h}) must be divisible by n_heads ({a})")
+    if a % g:
+        raise ValueError(f"n_heads ({a}) must be divisible by n_kv_heads ({g})")
+    if k and e < 1:
+        raise ValueError(f"num_experts must be >= 1 when moe_every ({k}) > 0, got {e}")
+    moe_blocks = layers // k if k else 0
+    block = 2 * h + 2 * h * h + 2 * h * g * (h // a)
+    ffn = 3 * h * f * (layers - moe_blocks) + moe_blocks * (h * e + e * (2 * h * f + f + h))
+    return 2 * v * h + h + layers * block + ffn
+    # END SOLUTION
+
+
+def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, seq, microbatch, *, dp, pp, cp, tp,
+                            num_microbatches, bytes_per_element=2) -> dict[str, float]:  # fmt: skip
+    """Bytes one rank of a middle pipeline stage sends per training step along each axis, as
+    ``parallelize`` trains (ring collectives; e = ``bytes_per_element`` for activations and gradients).
+
+    With L = n_layers / pp blocks on the stage, m = ``num_microbatches`` and A = e · (seq / cp) ·
+    microbatch · d_model the bytes of one microbatch's activations of this rank's cp block:
+        "tp"  per block and microbatch, an all-gather and a reduce-scatter around attention and the
+              SwiGLU, forward and backward: 8 · (tp - 1)/tp · A · L · m
+        "cp"  ring attention of the key/value blocks of the n_heads / tp heads this rank attends with
+              (keys and values repeated to the query heads before the ring), float32 gradients
+              (2e bytes): ``ring_attention_bytes_per_rank(seq, microbatch, n_heads / tp, head_dim, cp,
+              e, 2e)`` · L · m, plus the gradients averaged over cp:
+              ``ring_all_reduce_bytes_per_rank(G, cp)`` with G = e · num_params / (tp · pp)
+        "pp"  one activation forward and one gradient back per microbatch, sequence-parallel
+              (s/(cp·tp) tokens): 2 · A / tp · m (0 when pp = 1)
+        "dp"  ``ring_all_reduce_bytes_per_rank(G, dp)``
+    (G counts the replicated norms and embeddings once per tp rank too: an approximation.)
+
+    L is rounded up when pp does not divide n_layers (the deepest stage). Example: 1e6 parameters, 4
+    layers, h = 64, 4 heads of 16, seq 64, microbatch 2, dp = pp = cp = tp = 2, m = 2:
+    {"tp": 131_072, "cp": 696_608, "pp": 16_384, "dp": 500_000}.
+
+    Raises ``TypeError``/``ValueError`` naming the argument for bad counts, ``seq`` not divisible by
+    cp·tp, or ``n_heads`` not divisible by tp.
+    """
+    # BEGIN SOLUTION: Task 11.4 (capstone accounting)
+    dp, pp, cp, tp, m = (_count(x, n, minimum=1, integer=True) for x, n in [
+        (dp, "dp"), (pp, "pp"), (cp, "cp"), (tp, "tp"), (num_microbatches, "num_microbatches")])  # fmt: skip
+    layers = _count(n_layers, "n_layers", minimum=1, integer=True)
+    h = _count(d_model, "d_model", minimum=1, integer=True)
+    a = _count(n_heads, "n_heads", minimum=1, integer=True)
+    d = _count(head_dim, "head_dim", minimum=1, integer=True)
+    s = _count(seq, "seq", minimum=1, integer=True)
+    b = _count(microbatch, "microbatch", minimum=1, integer=True)
+    e = _count(bytes_per_element, "bytes_per_element")
+    n = _count(num_params, "num_params")
+    if s % (cp * tp):
+        raise ValueError(f"seq ({s}) must be divisible by cp * tp ({cp * tp})")
+    if a % tp:
+        raise ValueError(f"n_heads ({a}) must be divisible by tp ({tp})")
+    blocks = math.ceil(layers / pp)
+    act = e * (s // cp) * b * h
+    grads = e * n / (tp * pp)
+    ring = ring_attention_bytes_per_rank(s, b, a // tp, d, cp, e, 2 * e)
+    return {
+        "tp": 8 * (tp - 1) / tp * act * blocks * m,
+        "cp": ring * blocks * m + ring_all_reduce_bytes_per_rank(grads, cp),
+        "pp": 2 * act / tp * m if pp > 1 else 0.0,
+        "dp": ring_all_reduce_bytes_per_rank(grads, dp),
+    }
     # END SOLUTION

@@ -36,7 +36,7 @@ TASKS = {
     8: 4,  # expert parallelism: all_to_all_tokens, ExpertParallelMoE, EP x DP gradients, accounting
     9: 4,  # context parallelism: shard/unshard, ring attention forward, backward, accounting
     10: 7,  # failures: sharded save, resharding load, exact resume, async save, restart, live recovery, accounting
-    11: 3,  # capstone: the parallel block, pieces and stages, the training step
+    11: 4,  # capstone: the parallel block, pieces and stages, the training step, accounting
 }
 
 
