@@ -37,6 +37,11 @@ from tests.oracles.moe import (
     rand,
 )
 
+# The layers hold E = 8 experts, E / N per rank: these tests run where N divides 8 (the graders' 2, 4, 8 included).
+EXPERTS_SPLIT_EVENLY = pytest.mark.world_sizes(
+    1, 2, 4, 8, reason=f"{E} experts split evenly: the world size divides {E}"
+)
+
 TOKENS = (2, 3)  # each rank's x is (2, 3, D): 6 tokens
 AUX_COEF = 0.01
 
@@ -201,6 +206,7 @@ CONFIGS = {  # id: (top_k, capacity_factor)
 }
 
 
+@EXPERTS_SPLIT_EVENLY
 @pytest.mark.task8_2
 @pytest.mark.parametrize("config", CONFIGS)
 def test_moe_matches_the_dense_moe_on_the_concatenated_tokens(world_size, config):
@@ -294,6 +300,7 @@ def fresh_rank(ctx, seed):
             "first_expert": layer.first_expert, "y_shape": tuple(y.shape)}  # fmt: skip
 
 
+@EXPERTS_SPLIT_EVENLY
 @pytest.mark.task8_2
 def test_a_fresh_layer_has_the_same_router_everywhere_and_its_share_of_experts(world_size):
     """Router drawn from the seed (identical on every rank, nn.Linear's bound 1/sqrt(d_model));
@@ -392,6 +399,7 @@ def _steps(world_size: int, count: int, seed: int):
     return [(_tokens(world_size, seed + 10 * s), _tokens(world_size, seed + 10 * s + 5)) for s in range(count)]
 
 
+@EXPERTS_SPLIT_EVENLY
 @pytest.mark.task8_3
 def test_adamw_steps_match_the_dense_moe(world_size):
     """Three AdamW steps (top-2, capacity 1.0, aux loss): after all_reduce_moe_gradients every
