@@ -70,7 +70,7 @@ __all__ = [
     "run_training",
 ]
 
-STACK_CHARS = 4000  # the end of a killed rank's stack dump kept in RankOutcome.stacks, cut at a line
+STACK_CHARS = 4000  # how much of a killed rank's stack dump RankOutcome.stacks keeps (whole lines, innermost first)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +210,11 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
     stacks = open(Path(folder) / f"rank{rank}.stacks", "w")  # noqa: SIM115 - held for faulthandler
-    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=False)
+    # SIGUSR1 dumps every thread's stack and then, chained to the default action, ends the process inside
+    # the signal handler: a rank the launcher continued (SIGCONT) to take its stack runs no Python after it.
+    faulthandler.unregister(signal.SIGUSR1)  # a registration inherited from the parent would keep its own chain
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=True)
     try:
         # A forked child inherits the parent's default process group: leave it alone (destroying it would
         # close sockets the parent still uses) and start a fresh c10d world of our own.
@@ -355,30 +359,31 @@ def describe_outcomes(outcomes: list[RankOutcome]) -> str:
 
 
 def _stacks_of(proc, path: Path) -> str:
-    """The rank's Python stacks (faulthandler, on SIGUSR1), then SIGKILL at once. A stopped (SIGSTOP) rank
-    cannot run a signal handler until it is continued, and once continued it would run on: finish its step,
-    save a checkpoint, exit 0. So: SIGUSR1 first (pending), SIGCONT (the handler runs before any Python
-    code), wait for the dump to stop growing, SIGKILL: the rank gets no time to do anything else."""
+    """The rank's Python stacks, then its end. A stopped (SIGSTOP) rank cannot run a signal handler until
+    it is continued, and once continued it would run on: finish its step, save a checkpoint, exit 0. So
+    SIGUSR1 first (pending), then SIGCONT: the handler runs before any Python code, dumps the stacks and
+    ends the process (SIGUSR1's default action, chained: ``_rank_main``); SIGKILL if it is still there."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGUSR1)
         os.kill(proc.pid, signal.SIGCONT)
-    size, give_up = -1, time.monotonic() + 1.0
-    while time.monotonic() < give_up:
-        time.sleep(0.02)
-        now = path.stat().st_size if path.exists() else 0
-        if now and now == size:
-            break
-        size = now
+    proc.join(timeout=1.0)
     with contextlib.suppress(ProcessLookupError):
         os.kill(proc.pid, signal.SIGKILL)
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
+    lines, below_rank = [], False  # per thread, most recent call first: drop the frames under _rank_main
+    for line in text.splitlines():
+        if not line.startswith(" "):  # "Thread 0x... (most recent call first):", "Current thread ..."
+            below_rank = False
+        if not below_rank:
+            lines.append(line)
+        below_rank = below_rank or line.endswith(" in _rank_main")
+    text = "\n".join(lines) + "\n"
     if len(text) <= STACK_CHARS:
         return text
-    tail = text[-STACK_CHARS:]
-    return "...\n" + tail[tail.find("\n") + 1 :]  # whole lines only
+    return text[: text.rfind("\n", 0, STACK_CHARS) + 1] + "...\n"  # whole lines, the most recent calls
 
 
 # ---------------------------------------------------------------------------------------------
