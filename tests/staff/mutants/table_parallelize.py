@@ -175,4 +175,28 @@ MUTANTS = [
         new="layers = list(pieces[g].named_children()) if g < total - 1 else []",
         caught_by=P11(STAGES, ("no rank holds", "one process on the whole batch"), world_sizes="2"),
     ),
+    Mutant(
+        "accounting_moe_experts_without_biases",
+        "accounting",
+        "the experts of an MoE block counted as two bias-free matrices (2hf), not models.MLP's 2hf + f + h",
+        old="moe_blocks * (h * e + e * (2 * h * f + f + h))",
+        new="moe_blocks * (h * e + e * 2 * h * f)",
+        caught_by=Check(
+            "tests/test_parallelize_accounting.py", "num_params", "parameters, got", world_sizes="1", deadline=30
+        ),
+    ),
+    Mutant(
+        "accounting_tp_bytes_forward_only",
+        "accounting",
+        "the tp traffic counts the forward pass only: 4 (t-1)/t A per block and microbatch",
+        old='"tp": 8 * (tp - 1) / tp * act * blocks * m,',
+        new='"tp": 4 * (tp - 1) / tp * act * blocks * m,',
+        caught_by=Check(
+            "tests/test_parallelize_accounting.py",
+            "capstone_bytes",
+            "capstone_bytes_per_rank['tp']",
+            world_sizes="1",
+            deadline=30,
+        ),
+    ),
 ]
