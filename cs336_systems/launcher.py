@@ -84,7 +84,8 @@ class FaultPlan:
 
     ``signal``: ``SIGKILL`` (the process is gone) or ``SIGSTOP`` (it hangs, sockets open, until ``launch``
     kills it). Points of ``train_job``: ``"sync"`` (DDP: after backward, before the gradient all-reduce;
-    FSDP: before the forward's all-gathers) and ``"save"`` (just before the checkpoint of step ``step``)."""
+    FSDP: before the forward's all-gathers) and ``"save"`` (just before the checkpoint of step ``step``,
+    which follows the training of step ``step - 1``: the rank's last heartbeat carries step ``step - 1``)."""
 
     rank: int
     step: int

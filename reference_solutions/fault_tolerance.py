@@ -120,7 +120,9 @@ class FailureDetector:
     seconds from a daemon thread (and at every ``beat``), ``"stopped"`` on ``stop``. A peer has failed when
     ``dead/<peer>`` exists (the launcher saw its process end without a report: "its process exited with
     <code>") or when its heartbeat has not changed for ``timeout`` seconds of this rank's clock ("no
-    heartbeat for <timeout> s"); a stopped peer never fails. Its step is the step in its last heartbeat.
+    heartbeat for <timeout> s"); a stopped peer never fails. Its step is the step in its last heartbeat
+    (None before its first ``beat``: a heartbeat then reads ``"<count> None"``). A peer never seen at all
+    fails too: its ``timeout`` runs from this detector's ``start``.
 
     ``beat(step)`` publishes this rank's progress. ``with waiting(what):`` guards a wait on the peers
     (a collective, a save): if the body raises while a peer has failed (or fails within ``timeout`` of the
@@ -298,7 +300,8 @@ def supervise(job: Callable, config: TrainConfig, *, world_size: int, spares: in
 
     The first attempt starts from ``plan_restart(config.directory, healthy=world_size, ...)`` (a job
     restarted by hand resumes too). After a failed attempt, the failed ranks are those that died without a
-    report plus every ``dead_rank`` the survivors' ``PeerFailure``s name; each is replaced by a spare
+    report (a survivor the launcher killed at its deadline or grace period counts: it died without one)
+    plus every ``dead_rank`` the survivors' ``PeerFailure``s name, each rank once; each is replaced by a spare
     while ``spares`` last (a spare is used up), and the next attempt follows ``plan_restart`` with
     ``healthy`` = the attempt's world size minus the failed ranks not replaced. ``fault`` goes to every
     attempt (it names the attempt it fires in). Raises ``RuntimeError`` with every rank's outcome when an
@@ -359,7 +362,9 @@ def replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, *, step: 
 
 def load_replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> int:
     """Put ``state`` (from ``replica_state``, possibly received) into ``module`` and ``optimizer``, in place
-    for parameters; optimizer state entries are created where missing. Returns ``state["step"]``. Raises
+    for parameters; optimizer state entries are created where missing (a 0-dim tensor, AdamW's ``step``, on
+    the CPU as AdamW keeps it; any other tensor on its parameter's device). ``"optim_groups"`` is optional:
+    when present, each param group's hyperparameters are updated from it. Returns ``state["step"]``. Raises
     ``KeyError`` naming the first parameter or optimizer entry ``state`` lacks."""
     # BEGIN SOLUTION: Task 10.6 (replica state)
     names = {id(p): name for name, p in module.named_parameters()}
@@ -396,7 +401,8 @@ def send_replica_state(state: dict[str, Any], *, src: int, dst: int, group: dist
 
     ``src`` sends a header (the keys, each tensor's shape and dtype, the non-tensor values: pickled into
     a uint8 tensor, its length sent first as one int64) and then every tensor, in key order, with
-    ``dist.send``; ``dst`` receives them with ``dist.recv``, into its own tensor of the same key when shape
+    ``dist.send`` (key order: ``sorted`` over the keys, the order of the header's list); ``dst`` receives
+    them with ``dist.recv``, into its own tensor of the same key when shape
     and dtype match (in place), into a new one on that device otherwise, and returns the received dict
     (same keys as ``src``'s). Bytes on the wire: the tensors' bytes plus the header. Every other rank
     returns ``state`` untouched without communicating; ``src`` returns ``state``. Tensors travel on the

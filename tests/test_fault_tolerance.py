@@ -24,6 +24,7 @@ from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.oracles.fault_tolerance import (
     CONFIG,
+    SUPERVISED_DEADLINE_S,
     check_final_parameters,
     check_live_recovery,
     check_survivors_noticed,
@@ -37,7 +38,7 @@ from tests.oracles.fault_tolerance import (
     uninterrupted,
 )
 
-DEADLINE_S = 60  # the supervised job has its own deadline (20 s) well inside this one
+DEADLINE_S = SUPERVISED_DEADLINE_S  # three attempts at launch's deadline each, and the rest of the test
 
 
 def _kill_step(world_size: int, salt: int) -> int:

@@ -31,6 +31,10 @@ def global_batch_for(world_size: int) -> int:
 
 TIMEOUT_S = 1.0  # the detector's heartbeat timeout in these tests (TrainConfig.heartbeat_timeout)
 SLACK_S = 2.0  # what a loaded 2-core machine may add to a detection on top of the timeout
+ATTEMPT_DEADLINE_S = 15.0  # launch's deadline per attempt; an attempt takes 1-5 s on 2 loaded cores
+MAX_ATTEMPTS = 3  # supervise's default max_restarts (2) + 1
+# The harness's deadline for a supervised job: every attempt at its deadline, and the rest of the test.
+SUPERVISED_DEADLINE_S = MAX_ATTEMPTS * ATTEMPT_DEADLINE_S + 15.0
 
 
 def oracle_model(dims=CONFIG["dims"], seed: int = CONFIG["seed"]) -> nn.Sequential:
@@ -73,7 +77,8 @@ def _failure(f) -> dict | None:
             "noticed_at": f.noticed_at, "message": str(f)}  # fmt: skip
 
 
-def supervise_rank(ctx, world_size: int, config: dict, *, spares: int, fault: dict | None, deadline: float = 20.0):
+def supervise_rank(ctx, world_size: int, config: dict, *, spares: int, fault: dict | None,
+                   deadline: float = ATTEMPT_DEADLINE_S):  # fmt: skip
     """Run ``supervise(train_job, ...)`` from this rank (it forks the job's ranks) and summarize what happened:
     every attempt's world size, start step and per-rank outcome, the steps left on disk, the final values."""
     ft = ctx.load("fault_tolerance")

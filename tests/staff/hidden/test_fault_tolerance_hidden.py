@@ -19,6 +19,7 @@ import pytest
 
 from tests.harness import run_ranks
 from tests.oracles.fault_tolerance import (
+    SUPERVISED_DEADLINE_S,
     check_final_parameters,
     check_live_recovery,
     check_survivors_noticed,
@@ -29,7 +30,7 @@ from tests.oracles.fault_tolerance import (
     uninterrupted,
 )
 
-DEADLINE_S = 60
+DEADLINE_S = SUPERVISED_DEADLINE_S  # three attempts at launch's deadline each, and the rest of the test
 
 
 @pytest.mark.task10_5
