@@ -321,9 +321,10 @@ def zero_bubble_v_schedule(num_stages: int, num_microbatches: int, stage: int) -
     B2.0 W2.0 B3.0 W3.0``. This is the order torch's ``ScheduleZBVZeroBubble`` runs.
 
     Each rank holds at most 2p chunk activations (F to W) when m >= 2p - 1: p microbatches of its
-    whole layers, 1F1B's peak on stage 0, on every rank. With F = B = W per chunk the step idles
-    (p - 1)(F + B - 2W) per rank (zero); see ``accounting.zbv_bubble_fraction``. Pure function;
-    raises as ``gpipe_schedule``.
+    whole layers, 1F1B's peak on stage 0, on every rank. With one chunk's times F, B, W (F <= B,
+    W <= B) and m >= 2p - 1, every rank idles (p - 1)·max(B, 2(B - W)) per step: with F = B = W just
+    the p - 1 forwards the last rank waits for its first input; see ``accounting.zbv_bubble_fraction``.
+    Pure function; raises as ``gpipe_schedule``.
     """
     # BEGIN SOLUTION: Task 5.7 (V placement and ZB-V)
     _check_schedule_args(num_stages, num_microbatches, stage)
@@ -506,7 +507,11 @@ class PipelineStage:
     rank p - 1 (chunk p - 1 feeds chunk p without a message) and flow back up through local chunk 1
     (rank s + 1 -> s); input gradients flow the other way. Rank 0 holds the first and the last
     chunk, so it takes both ``inputs`` and ``targets`` and returns the loss; rank 0 and rank p - 1
-    are not neighbours (unless p = 2). The V runs schedules "zb-v" and "dualpipev" only.
+    are not neighbours (unless p = 2). The V runs schedules "zb-v" and "dualpipev" only. Shape headers
+    in a V: each chunk sends its header right before its first activation, on the channel to the rank
+    it sends to (chunk 0's to rank s + 1, chunk 1's to rank s - 1; none across the turn), in that
+    sender's order; so the message a rank needs now may sit behind another chunk's header (and
+    activations) from the same peer: receive what comes first, in the peer's order, header included.
     """
 
     def __init__(
