@@ -162,15 +162,18 @@ class SavedBytes:
         return tensor
 
 
-def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m):
-    """Peak saved-activation bytes of this stage per (schedule, checkpoint), with .peak_activations."""
+def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m, schedules):
+    """Peak saved-activation bytes of this stage per (schedule, checkpoint), with .peak_activations, for the
+    one-chunk schedules among ``schedules`` (GPipe, 1F1B, ZB-H1)."""
     P = load_impl(impl, "pipeline")
     torch.manual_seed(0)
     module = P.split_into_stages(DeepMLP(layers, d_model, 4 * d_model), world_size)[rank].to(device)
     x, y = torch.randn(batch, d_model, device=device), torch.randn(batch, d_model, device=device)
     rows = []
-    for schedule in ("gpipe", "1f1b", "zb-h1"):
+    for schedule in [s for s in ("gpipe", "1f1b", "zb-h1") if s in schedules]:
         for checkpoint in (False, True):
+            if rank == 0:
+                print(f"  memory, p={world_size}: {schedule}, checkpoint={checkpoint}", flush=True)
             pipe = P.PipelineStage(module, rank, world_size, nn.MSELoss())
             meter = SavedBytes(module.parameters())
             with torch.autograd.graph.saved_tensors_hooks(meter.pack, meter.unpack):
@@ -180,12 +183,13 @@ def memory_rank(rank, world_size, device, impl, d_model, layers, batch, m):
     return rows
 
 
-def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
+def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps, schedules):
     """Seconds per train step (median, slowest rank) of ours and torch's on the same model: GPipe, 1F1B and,
     where m is a multiple of p and p >= 2, interleaved 1F1B with v = 2 (``ScheduleInterleaved1F1B``) and our
     ZB-H1 against torch's two zero-bubble schedules: ``ScheduleInterleavedZeroBubble`` with one stage per rank
     (the same placement as ours) and ``ScheduleZBVZeroBubble``, whose 2p chunks sit in a V (rank r holds
-    chunks r and 2p - 1 - r, so stage 0 also computes the loss)."""
+    chunks r and 2p - 1 - r, so stage 0 also computes the loss). Only the setups of ``schedules`` (labels of
+    ``RUNS``) run."""
     from torch.distributed.pipelining import PipelineStage as TorchStage
     from torch.distributed.pipelining import (
         Schedule1F1B,
@@ -221,8 +225,11 @@ def step_rank(rank, world_size, device, impl, d_model, layers, batch, m, steps):
     setups.append(("zb-v vs ZBVZeroBubble", "zb-v", 2, ScheduleZBVZeroBubble, v_shape))
     if m >= 2 * p:
         setups.append(("dualpipev vs DualPipeV", "dualpipev", 2, ScheduleDualPipeV, v_shape))
+    setups = [setup for setup in setups if setup[0].split()[0] in schedules]
     rows = []
     for name, schedule, v, theirs, placement in setups:
+        if rank == 0:
+            print(f"  real step, p={p}, m={m}: {name}", flush=True)
         torch.manual_seed(0)
         model = DeepMLP(layers, d_model, 4 * d_model)
         if schedule in V_SCHEDULES:
@@ -350,6 +357,7 @@ def main() -> None:
         return 100 * A.schedule_bubble_fraction(schedule, p, m, v, *times_ms)
 
     bubble_rows, memory_rows, step_rows, gantts, curves = [], [], [], {}, {}
+    started = time.perf_counter()
     for p in stages:
         p_now = p or dist.get_world_size()
         todo = [(label, m) for label, schedule, v in runs for m in microbatches if fits(schedule, p_now, m)]
@@ -371,7 +379,10 @@ def main() -> None:
                 curves.setdefault((p, label), []).append((m, measured, expected))
                 if (p, m) == (gantt_p, gantt_m):
                     gantts[label] = (timelines[-1], v)
-        kw = dict(d_model=args.d_model, layers=args.layers, batch=args.batch, m=args.step_microbatches)
+        if main_rank():
+            print(f"p={p}: bubble table done ({time.perf_counter() - started:.0f} s so far)", flush=True)
+        kw = dict(d_model=args.d_model, layers=args.layers, batch=args.batch, m=args.step_microbatches,
+                  schedules=labels)  # fmt: skip
         memory = launch(p if not under_torchrun() else 0, memory_rank, backend=args.backend, impl=args.impl, **kw)[0]
         for schedule, checkpoint, held, peak_bytes in memory:
             memory_rows.append([p, schedule, checkpoint, held, peak_bytes / 2**20])
@@ -380,6 +391,8 @@ def main() -> None:
             low, high = ratio_interval(times["ours"], times["torch"])  # the rounds are paired: ours, then torch's
             step_rows.append([p, name, args.step_microbatches, 1e3 * ours, 1e3 * theirs, ours / theirs,
                               f"{low:.2f}-{high:.2f}"])  # fmt: skip
+        if main_rank():
+            print(f"p={p}: memory and real-step tables done ({time.perf_counter() - started:.0f} s so far)", flush=True)
     if not main_rank():
         return
 
