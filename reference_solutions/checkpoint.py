@@ -224,7 +224,8 @@ def _read_committed(folder: Path, check_sizes: bool = True) -> dict:
     return meta
 
 
-def _check_blocks(data: bytes, first_block: int, crcs: list[int], what: str) -> None:
+def _check_blocks(data: bytes | bytearray | memoryview, first_block: int, crcs: list[int], what: str) -> None:
+    data = memoryview(data)  # slices of a memoryview are views: no copy per block
     for i in range(0, len(data), CHECKSUM_BLOCK_BYTES):
         block = first_block + i // CHECKSUM_BLOCK_BYTES
         if zlib.crc32(data[i : i + CHECKSUM_BLOCK_BYTES]) != crcs[block]:
@@ -398,7 +399,7 @@ def verify_checkpoint(directory: str | os.PathLike, step: int) -> None:
     except (ValueError, KeyError, TypeError) as exc:  # a marker that matches unreadable metadata
         raise TornCheckpoint(f"{folder}: unreadable {_METADATA} ({exc})") from None
     for info in meta["ranks"]:
-        data = (folder / info["file"]).read_bytes()
+        data = memoryview((folder / info["file"]).read_bytes())
         for box in info["boxes"]:
             what = "the non-tensor values" if box["key"] == _OBJECTS else f"key {box['key']!r}"
             piece = data[box["start"] : box["start"] + box["nbytes"]]
@@ -487,28 +488,28 @@ def load_checkpoint(state: dict, directory: str | os.PathLike, step: int | None 
                     ranges[-1][1] = i + 1
                 else:
                     ranges.append([i, i + 1])
-            got: dict[int, bytes] = {}  # block index -> bytes
+            got = []  # (the range's first byte in the box, its bytes): read straight into a buffer, no copies
             with open(folder / name, "rb") as f:
                 for b0, b1 in ranges:
                     start = box["start"] + b0 * CHECKSUM_BLOCK_BYTES
                     stop = box["start"] + min(b1 * CHECKSUM_BLOCK_BYTES, box["nbytes"])
                     f.seek(start)
-                    data = f.read(stop - start)
+                    data = bytearray(stop - start)
+                    length = f.readinto(data)
                     if reads is not None:
                         reads.append((name, start, stop))
-                    if len(data) != stop - start:
+                    if length != stop - start:
                         raise TornCheckpoint(f"{folder / name} is too short for key {key!r}")
                     _check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")
-                    for j in range(b0, b1):
-                        got[j] = data[(j - b0) * CHECKSUM_BLOCK_BYTES : (j - b0 + 1) * CHECKSUM_BLOCK_BYTES]
-            piece = bytearray()
+                    got.append((b0 * CHECKSUM_BLOCK_BYTES, torch.frombuffer(data, dtype=torch.uint8)))
+            # A run's blocks are contiguous, so it lies inside one range: slice it out (a view, no copy).
+            pieces, k = [], 0
             for a, b in runs:
-                for j in range(a // CHECKSUM_BLOCK_BYTES, -(-b // CHECKSUM_BLOCK_BYTES)):
-                    base = j * CHECKSUM_BLOCK_BYTES
-                    piece += got[j][max(a, base) - base : min(b, base + CHECKSUM_BLOCK_BYTES) - base]
-            empty = torch.empty(0, dtype=shard.local.dtype, device="cpu")
-            region = torch.frombuffer(piece, dtype=shard.local.dtype) if piece else empty
-            region = region.view([h - lo_ for lo_, h in zip(lo, hi)])
+                while got[k][0] + got[k][1].numel() < b:
+                    k += 1
+                pieces.append(got[k][1][a - got[k][0] : b - got[k][0]])
+            region = pieces[0] if len(pieces) == 1 else torch.cat(pieces)  # the overlap, row-major
+            region = region.view(shard.local.dtype).view([h - lo_ for lo_, h in zip(lo, hi)])
             target = shard.local[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, want_lo))]
             with torch.no_grad():
                 target.copy_(region)

@@ -697,20 +697,23 @@ def async_order_rank(ctx, root: str):
 
 
 def async_group_rank(ctx, root: str, split: bool):
-    """Every process-group call an async save makes, as (main thread?, on the default group?); with
-    ``split``, the ranks form two groups (the lower half and the rest), and only each group's ranks
-    construct its checkpointer, saving into a folder per group."""
+    """Every process-group call an async save makes, as (main thread?, on the default group?), and the
+    boxes it saved, loaded back. With ``split``, only the ranks of a sub-group (all but the last rank)
+    construct a checkpointer and save over it; the last rank does not. Then every rank makes one more
+    group over all ranks and all-reduces on it: a checkpointer whose ``new_group`` needed every rank of the
+    job leaves the ranks disagreeing on which group that is (the all-reduce hangs)."""
     from torch._C._distributed_c10d import ProcessGroup
 
     C = ctx.load("checkpoint")
-    group, rank, world, folder = None, ctx.rank, ctx.world_size, root
+    group, rank, world = None, ctx.rank, ctx.world_size
     if split:
-        half = ctx.world_size // 2
-        groups = [torch.distributed.new_group(list(range(half))), torch.distributed.new_group(list(range(half, world)))]
-        mine = 0 if ctx.rank < half else 1
-        group, rank = groups[mine], ctx.rank - (0 if mine == 0 else half)
-        world, folder = (half if mine == 0 else ctx.world_size - half), f"{root}/group{mine}"
-    ckpt = C.AsyncCheckpointer(folder, group=group)
+        group = torch.distributed.new_group(list(range(ctx.world_size - 1)))
+        world = ctx.world_size - 1
+        if ctx.rank == world:  # outside the sub-group: no checkpointer
+            everyone = torch.distributed.new_group(list(range(ctx.world_size)))
+            torch.distributed.all_reduce(torch.ones(1), group=everyone)
+            return [], None, None, None
+    ckpt = C.AsyncCheckpointer(root, group=group)
     calls, patches = [], _Patches()
     default = torch.distributed.group.WORLD
 
@@ -731,5 +734,8 @@ def async_group_rank(ctx, root: str, split: bool):
         patches.undo()
     ckpt.close()
     loaded = rank_state(C, "fsdp", rank, world, empty=True, device=ctx.device)
-    C.load_checkpoint(loaded, folder, 1, group=group)
+    C.load_checkpoint(loaded, root, 1, group=group)
+    if split:
+        everyone = torch.distributed.new_group(list(range(ctx.world_size)))
+        torch.distributed.all_reduce(torch.ones(1), group=everyone)
     return calls, rank, world, local_tensors(loaded)

@@ -181,10 +181,10 @@ MUTANTS = [
     Mutant(
         "checkpoint_async_group_over_every_rank",
         "checkpoint",
-        "the checkpointer's group is made by new_group without local synchronization: every rank of the job "
-        "must call it, so two groups' checkpointers never meet",
+        "the checkpointer's group is made by new_group without local synchronization, which every rank of the "
+        "job must call: over a sub-group, the ranks then disagree on the groups made next",
         old="self._group = dist.new_group(ranks, use_local_synchronization=True) if world > 1 else group",
         new="self._group = dist.new_group(ranks) if world > 1 else group",
-        caught_by=CKPT("group_of_their_own and two-groups", ("hung", "rank"), world_sizes="4", within=90),
+        caught_by=CKPT("group_of_their_own and sub-group", ("hung", "rank"), world_sizes="4", within=90),
     ),
 ]
