@@ -99,8 +99,14 @@ def test_mesh_slices_match_row_major_order_and_init_device_mesh(world_size):
 # ## Task 7.2: HSDP
 # ---------------------------------------------------------------------------------------------
 
-# (replicas R, shards S) per world size
-HSDP_MESHES = {1: [(1, 1)], 2: [(2, 1), (1, 2)], 3: [(1, 3), (3, 1)], 4: [(2, 2)], 8: [(2, 4)]}
+
+def hsdp_meshes(world_size: int) -> list[tuple[int, int]]:
+    """The (replicas R, shards S) meshes tried at a world size: R = the smallest factor above 1 when there is a
+    2-D mesh (4: 2 x 2, 6: 2 x 3, 8: 2 x 4), else both 1-D extremes (a prime N: N x 1 and 1 x N)."""
+    if world_size == 1:
+        return [(1, 1)]
+    r = next(f for f in range(2, world_size + 1) if world_size % f == 0)
+    return [(r, world_size // r)] if r < world_size else [(world_size, 1), (1, world_size)]
 
 
 def hsdp_rank(ctx, shape, opt_name, batches, record_step):
@@ -131,7 +137,7 @@ def test_hsdp_training_matches_one_process_on_the_whole_batch(world_size, opt_na
     """HSDP's full parameters equal one process's on the whole batch after every step, on every rank."""
     batches = mesh_batches(steps=2, batch=2 * world_size)
     _, states = dense_oracle(batches, opt_name, slices=1)
-    for replicas, shards in HSDP_MESHES[world_size]:
+    for replicas, shards in hsdp_meshes(world_size):
         shape = {"replicate": replicas, "shard": shards}
         outs = run_ranks(world_size, hsdp_rank, shape, opt_name, batches, record_step=-1)
         for rank, out in enumerate(outs):
@@ -145,7 +151,7 @@ def test_hsdp_training_matches_one_process_on_the_whole_batch(world_size, opt_na
 def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_size):
     """Shards hold 1/S of each weight, gathers and reduce-scatters stay in shard slices, and every
     gradient is all-reduced once across the replicate slice."""
-    replicas, shards = HSDP_MESHES[world_size][0]
+    replicas, shards = hsdp_meshes(world_size)[0]
     shape = {"replicate": replicas, "shard": shards}
     outs = run_ranks(world_size, hsdp_rank, shape, "sgd", mesh_batches(2, 2 * world_size), record_step=1)
     dense = dict(DeepMLP(LAYERS, D_MODEL, D_FF).named_parameters())
@@ -184,7 +190,7 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
 def test_hsdp_broadcasts_buffers_across_replicas_and_computes_in_compute_dtype(world_size):
     """After construction every rank holds rank 0's buffers (across the replicate slice as well as
     within the shard slice), and with compute_dtype=bfloat16 the forward runs in bfloat16."""
-    replicas, shards = HSDP_MESHES[world_size][0]
+    replicas, shards = hsdp_meshes(world_size)[0]
     shape = {"replicate": replicas, "shard": shards}
     x = torch.randn(4, D_MODEL, generator=torch.Generator().manual_seed(5))
     outs = run_ranks(world_size, hsdp_setup_rank, shape, torch.bfloat16, x)

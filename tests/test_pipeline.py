@@ -209,16 +209,19 @@ def train_rank(ctx, kind, m, schedule, batches, pipelines=1, lr=0.1, accumulate=
     pipe_id, group, stage, p = _pipeline_group(ctx, pipelines)
     module = _stage_module(build_model(kind, p).to(ctx.device), p, stage)
     pipe = P.PipelineStage(module, stage, p, nn.MSELoss(), group)
-    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    params = list(module.parameters())  # none for a stage holding only a Tanh (the widths model on 5-6 stages)
+    opt = torch.optim.SGD(params, lr=lr) if params else None
     steps = []
     for x, y in batches[pipe_id]:
-        opt.zero_grad()
+        if opt:
+            opt.zero_grad()
         # Only stage 0 needs the inputs and only the last stage the targets.
         for _ in range(accumulate):
             loss = pipe.train_step(x.to(ctx.device) if stage == 0 else None,
                                    y.to(ctx.device) if stage == p - 1 else None, m, schedule=schedule)  # fmt: skip
         grads = {name: param.grad for name, param in module.named_parameters()}
-        opt.step()
+        if opt:
+            opt.step()
         steps.append((loss, grads))
     return steps
 
