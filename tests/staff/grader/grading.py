@@ -31,6 +31,7 @@ class Graded:
     seconds: float
     proc: subprocess.CompletedProcess
     hunt_found: bool = False  # the "crashes" bundle's hunt left HUNT_FOUND: it ran and found hidden tests
+    staff_log: str = ""  # pytest's own output (--staff-log), where asked for
 
     @property
     def by_name(self) -> dict:
@@ -207,6 +208,17 @@ def broadcast(tensor, src=0, group=None):
 HUNT_FOUND = Path(f"/tmp/cs336-hunt-found-{os.getpid()}")  # written by the hunt when it finds loot
 HIDDEN_TEST = "test_back_to_back_collectives_on_odd_world_sizes (hidden test)"  # the hunt's, in "crashes"
 
+# The "timing" bundle also carries part 2's deadlocked method (test_grade.py): a DDP class whose method hangs
+# (rank 0 waits in a barrier the others never join), graded on two cases of it and two of another class.
+DDP_REFERENCE = (REPO / "reference_solutions" / "ddp.py").read_text()
+WAIT_FOR_ALL_REDUCES = """        for work, p in self._pending:
+            work.wait()
+            p.grad.div_(self.world_size)
+"""
+DEADLOCKED_METHOD = "        if dist.get_rank() == 0:\n            dist.barrier()\n"
+DDP_SELECT = "(sgd_steps_match and (individual or bucketed-inf) and (toy or tied))"
+DDP_TEST = "test_sgd_steps_match_one_process_on_the_whole_batch"
+
 # Two bundles: each slot at most once per bundle, and at most one hang per function (a function that hung
 # is not run again in the grade). Bundle "timing" holds the cases whose outcome depends on time; it is also
 # graded while a second grade loads the machine.
@@ -252,19 +264,26 @@ def hostile_source(bundle: str) -> str:
 def grade_bundle(folder: Path, bundle: str, wait: float = 300) -> Graded:
     """One grade of ``bundle``'s hostile submission: part 1 at world size 2, one case of each of its tests."""
     HUNT_FOUND.unlink(missing_ok=True)
+    modules, extra = {"collectives": hostile_source(bundle)}, ()
+    if bundle == "timing":
+        assert DDP_REFERENCE.count(WAIT_FOR_ALL_REDUCES) == 1
+        modules["ddp"] = DDP_REFERENCE.replace(WAIT_FOR_ALL_REDUCES, DEADLOCKED_METHOD + WAIT_FOR_ALL_REDUCES)
+        # pytest's own output: every case's failure (an entry's output shows its first)
+        extra = ("--staff-log", str(folder / "staff.log"))
     # Nothing in "crashes" hangs: a long deadline costs nothing there and gives the hunt (which walks every
     # sys.path entry, the venv's site-packages included) time on a loaded machine.
     deadline, test_timeout = (6, 40) if bundle == "timing" else (60, 120)
-    graded = grade(folder, {"collectives": hostile_source(bundle)}, parts="collectives", deadline=deadline,
-                   test_timeout=test_timeout, select=bundle_select(bundle), wait=wait)  # fmt: skip
+    graded = grade(folder, modules, parts=",".join(modules), deadline=deadline, test_timeout=test_timeout,
+                   select=bundle_select(bundle), extra=extra, wait=wait)  # fmt: skip
+    graded.staff_log = (folder / "staff.log").read_text() if extra else ""
     graded.hunt_found = HUNT_FOUND.exists()
     HUNT_FOUND.unlink(missing_ok=True)
     return graded
 
 
 def bundle_select(bundle: str) -> str:
-    hidden = ["back_to_back_collectives_on_odd_world_sizes"] if bundle == "crashes" else []
-    return " or ".join([CONTROL_SELECT, *(SLOTS[slot][1] for slot in BUNDLES[bundle].values()), *hidden])
+    more = {"crashes": ["back_to_back_collectives_on_odd_world_sizes"], "timing": [DDP_SELECT]}[bundle]
+    return " or ".join([CONTROL_SELECT, *(SLOTS[slot][1] for slot in BUNDLES[bundle].values()), *more])
 
 
 def attacked_test(attack: str) -> str:

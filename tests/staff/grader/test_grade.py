@@ -28,6 +28,7 @@ from tests.staff.grader.grading import (
     BUNDLE_OF,
     BUNDLES,
     CONTROL,
+    DDP_TEST,
     HIDDEN_TEST,
     REFERENCE,
     TIMING_SENSITIVE,
@@ -72,7 +73,7 @@ def _assert_only_the_attacks_lost(graded: Graded, attack: str) -> None:
     marks, and the total is broadcast's alone (every other test of the bundle is attacked, and the hidden test
     of "crashes" is the hunt's); no process the submission started is left, no forged reply ran code in the
     judge."""
-    tests = graded.by_name
+    tests = {name: t for name, t in graded.by_name.items() if t["tags"] == ["collectives"]}
     attacked, control = tests[attacked_test(attack)], tests[CONTROL]
     assert attacked["score"] == 0 and attacked["status"] == "failed", attacked
     expect = ATTACKS[attack][1]
@@ -82,7 +83,10 @@ def _assert_only_the_attacks_lost(graded: Graded, attack: str) -> None:
     bundle = BUNDLE_OF[attack]
     graded_tests = {CONTROL, *map(attacked_test, BUNDLES[bundle]), *([HIDDEN_TEST] if bundle == "crashes" else [])}
     assert set(tests) == graded_tests, f"the grade's tests {sorted(tests)} are not the bundle's {sorted(graded_tests)}"
-    assert graded.results["score"] == control["max_score"] < 1000, graded.results["output"]
+    part_score = graded.results["extra_data"]["parts"]["collectives"][0]  # the "timing" bundle also grades ddp
+    assert part_score == control["max_score"], graded.results["output"]
+    total = round(sum(t["score"] for t in graded.results["tests"]), 3)
+    assert graded.results["score"] == pytest.approx(total, abs=0.01) and total < 1000, graded.results["output"]
     assert not leftover_sleepers(), leftover_sleepers()
     assert not Path("/tmp/cs336-pwned").exists(), "a forged reply ran code in the judge"
 
@@ -180,27 +184,16 @@ def test_a_deadlocked_function_costs_one_deadline_and_only_its_own_tests(part1_h
     assert graded.seconds < 150, f"grading took {graded.seconds:.0f} s"
 
 
-DDP_REFERENCE = (REPO / "reference_solutions" / "ddp.py").read_text()
-WAIT_FOR_ALL_REDUCES = """        for work, p in self._pending:
-            work.wait()
-            p.grad.div_(self.world_size)
-"""
-
-
-def test_a_deadlocked_method_is_refused_like_a_function(tmp_path):
+def test_a_deadlocked_method_is_refused_like_a_function(bundles):
     """A method that hangs (rank 0 waits in a barrier the others never join) is not run again in later cases
-    (they fail at once, naming it with its class); the other class, run by the same rank function, is graded."""
-    assert DDP_REFERENCE.count(WAIT_FOR_ALL_REDUCES) == 1
-    deadlock = "        if dist.get_rank() == 0:\n            dist.barrier()\n"
-    source = DDP_REFERENCE.replace(WAIT_FOR_ALL_REDUCES, deadlock + WAIT_FOR_ALL_REDUCES)
-    select = "sgd_steps_match and (individual or bucketed-inf)"
-    log = tmp_path / "staff.log"  # pytest's own output: every case's failure (the entry shows the first)
-    results, seconds, _ = _grade(tmp_path, source, select=select, module="ddp", extra=("--staff-log", str(log)))
-    entry = _by_name(results)["test_sgd_steps_match_one_process_on_the_whole_batch"]
+    (they fail at once, naming it with its class); the other class, run by the same rank function, is graded.
+    Part 2's ddp.py rides in the "timing" bundle's grade (tests/staff/grader/grading.py)."""
+    graded = bundles("timing")
+    entry = graded.by_name[DDP_TEST]
     assert 0 < entry["score"] < entry["max_score"], entry  # the bucketed cases pass, the individual ones fail
     cut = "cs336_systems.ddp.DDPIndividualParameters.finish_gradient_synchronization was not run: it hung"
-    assert cut in log.read_text(), log.read_text()[-3000:]
-    assert seconds < 120, f"grading took {seconds:.0f} s"
+    assert cut in graded.staff_log, graded.staff_log[-3000:]
+    assert graded.seconds < 120, f"grading took {graded.seconds:.0f} s"
 
 
 def test_one_deadlocked_function_grades_within_twice_the_reference_time(part1_reference, part1_hanging):
