@@ -17,7 +17,9 @@ gradient all-reduce. Two ways back:
 
 Times are measured from the kill (``time.time()`` when the rank signalled itself; one machine, one clock):
 ``detect`` (the first survivor's PeerFailure), ``first step`` (the first optimizer step done after the
-kill) and ``caught up`` (step --kill-step done: the work the failure undid is redone). The table prints
+recovery: restart, the first step from the checkpoint; live, the killed step redone on its first rank) and
+``caught up`` (step --kill-step done on every rank: the work the failure undid is redone), in that order
+(the benchmark checks it). The table prints
 medians over --repeats and the ratio restart / live of ``caught up`` with its 90% interval; the plot draws
 ``caught up`` against the replica's state size. Writes out/bench_fault_tolerance.{csv,png}. Ranks are
 forked from this process, so this benchmark runs on gloo (the job's logic is the same on NCCL).
@@ -32,6 +34,7 @@ import statistics
 import tempfile
 import time
 
+import torch
 import torch.distributed as dist
 from torch import nn
 
@@ -125,9 +128,18 @@ def run_live(config, world_size: int, kill_step: int) -> dict:
     killed_at = outcomes[world_size - 1].fault_at
     values = [o.value for o in outcomes if o.ok]
     detect = min(v["detected_at"] for v in values if "detected_at" in v)
-    first = min(t for v in values for s, t in v["ends"].items() if t > killed_at)
+    # The first step done after the recovery: live recovery redoes the killed step first. (A step of a survivor
+    # that ended after the kill but before it noticed, e.g. step kill_step - 1, is not a step after the failure.)
+    first = min(v["ends"][kill_step] for v in values)
     caught_up = max(v["ends"][kill_step] for v in values)
     return {"detect": detect - killed_at, "first": first - killed_at, "caught_up": caught_up - killed_at}
+
+
+def check_phases(method: str, phases: dict) -> None:
+    """The phases of one run come in order: the failure is noticed, a step is done, the lost step is redone."""
+    if not phases["detect"] <= phases["first"] <= phases["caught_up"]:
+        raise RuntimeError(f"{method}: phases out of order (seconds after the kill): detect {phases['detect']:.3f}, "
+                           f"first step {phases['first']:.3f}, caught up {phases['caught_up']:.3f}")  # fmt: skip
 
 
 def state_megabytes(config) -> float:
@@ -150,8 +162,6 @@ def main() -> None:
         parser.error("the job's ranks are forked from this process: --backend gloo only")
     if not 0 < args.kill_step < args.steps:
         parser.error(f"--kill-step must be in 1..{args.steps - 1}")
-    import torch._dynamo  # noqa: F401 - the first optimizer would import it in every forked rank otherwise
-
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     _FT = load_impl(args.impl, "fault_tolerance")
@@ -169,11 +179,14 @@ def main() -> None:
                     try:
                         config = _FT.TrainConfig(directory=directory, steps=args.steps, dims=(width, width, width),
                                                  checkpoint_every=args.checkpoint_every, global_batch=12)  # fmt: skip
-                        times[method].append(run(config, n, args.kill_step))
+                        phases = run(config, n, args.kill_step)
+                        check_phases(method, phases)
+                        times[method].append(phases)
                     finally:
                         shutil.rmtree(directory, ignore_errors=True)
                     done += 1
-                    print(f"\r[{done}/{total}] N={n} width={width} {method}", end="", flush=True)
+                    print(f"[{done}/{total}] N={n} width={width} {method}: caught up "
+                          f"{times[method][-1]['caught_up']:.2f} s after the kill", flush=True)  # fmt: skip
             megabytes = state_megabytes(config)
             med = {m: {k: statistics.median(t[k] for t in ts) for k in ts[0]} for m, ts in times.items()}
             low, high = ratio_interval([t["caught_up"] for t in times["restart"]],
