@@ -113,6 +113,26 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
     }  # fmt: skip
 
 
+def merge_regrade(old: dict, new: dict) -> dict:
+    """A regrade of some tests (``--parts``, ``--select``) folded into a student's earlier results: each entry the
+    regrade graded replaces the earlier entry of the same name, every other earlier entry is kept as it was, and
+    the score is their sum. The output says what was regraded and what was kept."""
+    regraded = {t["name"]: t for t in new.get("tests", [])}
+    tests = [regraded.pop(t["name"], t) for t in old.get("tests", [])] + list(regraded.values())
+    parts: dict[str, list[float]] = {}
+    for t in tests:
+        part = (t.get("tags") or ["?"])[0]
+        got, most = parts.get(part, [0.0, 0.0])
+        parts[part] = [round(got + t["score"], 3), round(most + t["max_score"], 3)]
+    kept = len(tests) - len(new.get("tests", []))
+    score = round(sum(t["score"] for t in tests), 3)
+    output = (f"Score: {score} / {round(sum(t['max_score'] for t in tests), 3)} after a regrade of "
+              f"{len(new.get('tests', []))} entries ({kept} kept from the earlier grade)\n\nThe regrade:\n"
+              + new.get("output", ""))  # fmt: skip
+    extra = {**old.get("extra_data", {}), "parts": parts, "regrade": new.get("extra_data", {})}
+    return {**old, "score": score, "tests": tests, "output": output, "extra_data": extra}
+
+
 def write_json(path: Path, data: dict) -> None:
     """Atomic: a reader never sees half a file, and whatever was at ``path`` before is replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -235,6 +255,8 @@ def grade_one(args) -> int:
             Path(args.staff_log).write_text(record.staff_log)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    if args.merge_into and results.get("tests"):
+        results = merge_regrade(json.loads(args.merge_into.read_text()), results)
     write_json(args.out, results)
     print(results["output"])
     return code
@@ -343,6 +365,8 @@ def main(argv=None) -> int:
                    "can run, outside an unreadable home (handouts/grading.md)")  # fmt: skip
     p.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="rubric file (default scripts/grading/rubric.toml)")
     p.add_argument("--staff-log", type=Path, help="write pytest's own output and runner events here (for graders)")
+    p.add_argument("--merge-into", type=Path, help="a regrade (--parts/--select) replaces only its entries in this "
+                   "earlier results JSON; the rest is kept (write the merged file with --out)")  # fmt: skip
     p.add_argument(
         "--precomputed",
         type=Path,
