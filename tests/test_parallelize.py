@@ -203,7 +203,7 @@ BAD_INPUT = [
                  {"dp": 1, "pp": 1, "ep": ctx.world_size, "cp": 1, "tp": 1})),
     BadInput("model-not-a-transformer", lambda P, mesh: P.parallelize(torch.nn.Linear(2, 2), mesh), "TypeError",
              names="model", task="task11_2", arrange=_mesh("dp")),
-    BadInput("unknown-schedule", lambda P, mesh: P.parallelize(Transformer(DENSE), mesh, schedule="zb-v"),
+    BadInput("unknown-schedule", lambda P, mesh: P.ParallelTransformer(Transformer(DENSE), mesh, schedule="zb-v"),
              "ValueError", names="schedule", task="task11_2", arrange=_mesh("pp")),
     BadInput("batch-not-divisible-by-dp", lambda P, pt: pt.train_step(_tokens(3, SEQ), _tokens(3, SEQ)),
              "ValueError", names="inputs", task="task11_3", arrange=_trainer("dp")),
