@@ -31,13 +31,13 @@ from tests.oracles.pipeline import (
 from tests.oracles.pipeline_sim import run, simulate
 from tests.oracles.pipeline_v import (
     assert_v_matches_oracle,
+    check_pairs_post_early,
+    overlap_rank,
     torch_v_schedule,
     v_oracle_steps,
     v_pipeline_stage,
     v_train_rank,
     v_widths_batches,
-    v_widths_model,
-    where_in_v,
 )
 
 ZBV_GRID = [(p, m) for p in range(1, 7) for m in range(1, 3 * p + 2)]
@@ -252,21 +252,6 @@ def test_v_holds_the_formulas_activations(world_size, run):
             )
 
 
-def overlap_rank(ctx, m):
-    """DualPipeV on ``v_widths_model``: this rank's receives (time posted, peer, elements) and its timeline."""
-    P = ctx.load("pipeline")
-    p = ctx.world_size
-    pipe, _ = v_pipeline_stage(ctx, P, v_widths_model(p))
-    x, y = v_widths_batches(p, 2 * m, steps=1, seed=5)[0]  # microbatches of 2 rows
-    first = ctx.rank == 0
-    with CommRecorder() as rec:
-        pipe.train_step(x.to(ctx.device) if first else None, y.to(ctx.device) if first else None, m,
-                        schedule="dualpipev")  # fmt: skip
-    recvs = [(e.time, e.peer, e.numel) for e in rec.events if e.op in ("recv", "irecv") and e.dtype == "float64"]
-    timeline = [(a.kind, a.microbatch, a.chunk, bool(a.overlap), start, end) for a, start, end in pipe.timeline]
-    return recvs, timeline
-
-
 @pytest.mark.task5_8
 def test_dualpipe_v_pair_posts_its_backwards_gradient_receive_before_its_forward_runs(world_size):
     """An F&B pair's B gradient receive is posted before the F starts, so it travels while the F computes.
@@ -277,31 +262,7 @@ def test_dualpipe_v_pair_posts_its_backwards_gradient_receive_before_its_forward
     ``t_start`` in ``.timeline``."""
     if world_size < 2:
         pytest.skip("at 1 rank a V has no message to overlap: world size 2 or more")
-    p, m, rows = world_size, 2 * world_size, 2
-    for r, (recvs, timeline) in enumerate(run_ranks(p, overlap_rank, m)):
-        seen = {0: 0, 1: 0}  # Bs of each local chunk so far
-        for n, (kind, i, c, *_) in enumerate(timeline):
-            if kind != "B":
-                continue
-            k, seen[c] = seen[c], seen[c] + 1
-            g = r if c == 0 else 2 * p - 1 - r  # this B's global chunk: its gradient comes from chunk g + 1
-            peer = r + 1 if c == 0 else r - 1
-            if n == 0 or not timeline[n - 1][3] or g == 2 * p - 1 or not 0 <= peer < p:
-                continue  # not the B of an F&B pair, or its gradient needs no message (the loss, the V's turn)
-            forward = timeline[n - 1]
-            mine = [t for t, q, numel in recvs if q == peer and numel == rows * (4 + g)]
-            pair = f"F{forward[1]}.{forward[2]}& B{i}.{c}"
-            assert len(mine) > k, (
-                f"{where_in_v(p, r, c)}: pair {pair}: {len(mine)} receives of chunk {g}'s gradient "
-                f"({rows} x {4 + g}) from rank {peer}, expected one per B (this is B number {k + 1})"
-            )
-            late = mine[k] - forward[4]
-            assert late < 0, (
-                f"{where_in_v(p, r, c)}, dualpipev, {p} ranks, m={m}: pair {pair}: the receive of B{i}.{c}'s "
-                f"gradient from rank {peer} was posted {late * 1e3:.2f} ms after F{forward[1]}.{forward[2]} "
-                "started; an F&B pair posts its B's gradient receive before the F runs, so that message "
-                "travels while the F computes (handouts/05-pipeline.md §5.8)"
-            )
+    check_pairs_post_early(run_ranks(world_size, overlap_rank, 2 * world_size), 2 * world_size)
 
 
 def comm_rank(ctx, schedule, m):

@@ -147,3 +147,51 @@ def v_train_rank(ctx, schedule, checkpoint, m, batches, model_kind="deep"):
         steps.append((loss, {n: q.grad for c in chunks for n, q in c.named_parameters()}))
         opt.step()
     return steps
+
+
+def overlap_rank(ctx, m):
+    """DualPipeV on ``v_widths_model``: this rank's receives (time posted, peer, elements) and its timeline."""
+    from tests.harness.recorder import CommRecorder
+
+    P = ctx.load("pipeline")
+    p = ctx.world_size
+    pipe, _ = v_pipeline_stage(ctx, P, v_widths_model(p))
+    x, y = v_widths_batches(p, 2 * m, steps=1, seed=5)[0]  # microbatches of 2 rows
+    first = ctx.rank == 0
+    with CommRecorder() as rec:
+        pipe.train_step(x.to(ctx.device) if first else None, y.to(ctx.device) if first else None, m,
+                        schedule="dualpipev")  # fmt: skip
+    recvs = [(e.time, e.peer, e.numel) for e in rec.events if e.op in ("recv", "irecv") and e.dtype == "float64"]
+    timeline = [(a.kind, a.microbatch, a.chunk, bool(a.overlap), start, end) for a, start, end in pipe.timeline]
+    return recvs, timeline
+
+
+def check_pairs_post_early(outs, m: int) -> None:
+    """Judge ``overlap_rank``'s results: for every F&B pair whose B needs a message, the receive of that
+    B's gradient (the k-th receive of its size from its neighbour, for the k-th B of its chunk; every
+    chunk boundary of ``v_widths_model`` has its own width) was posted before the F's ``t_start``."""
+    p, rows = len(outs), 2  # overlap_rank's microbatches have 2 rows
+    for r, (recvs, timeline) in enumerate(outs):
+        seen = {0: 0, 1: 0}  # Bs of each local chunk so far
+        for n, (kind, i, c, *_) in enumerate(timeline):
+            if kind != "B":
+                continue
+            k, seen[c] = seen[c], seen[c] + 1
+            g = r if c == 0 else 2 * p - 1 - r  # this B's global chunk: its gradient comes from chunk g + 1
+            peer = r + 1 if c == 0 else r - 1
+            if n == 0 or not timeline[n - 1][3] or g == 2 * p - 1 or not 0 <= peer < p:
+                continue  # not the B of an F&B pair, or its gradient needs no message (the loss, the V's turn)
+            forward = timeline[n - 1]
+            mine = [t for t, q, numel in recvs if q == peer and numel == rows * (4 + g)]
+            pair = f"F{forward[1]}.{forward[2]}& B{i}.{c}"
+            assert len(mine) > k, (
+                f"{where_in_v(p, r, c)}: pair {pair}: {len(mine)} receives of chunk {g}'s gradient "
+                f"({rows} x {4 + g}) from rank {peer}, expected one per B (this is B number {k + 1})"
+            )
+            late = mine[k] - forward[4]
+            assert late < 0, (
+                f"{where_in_v(p, r, c)}, dualpipev, {p} ranks, m={m}: pair {pair}: the receive of B{i}.{c}'s "
+                f"gradient from rank {peer} was posted {late * 1e3:.2f} ms after F{forward[1]}.{forward[2]} "
+                "started; an F&B pair posts its B's gradient receive before the F runs, so that message "
+                "travels while the F computes (handouts/05-pipeline.md §5.8)"
+            )

@@ -5,7 +5,7 @@ Collected by table.py (``_collect_area_tables``); run one with ``pytest tests/st
 
 from __future__ import annotations
 
-from tests.staff.mutants.table import PIPELINE_V, Mutant
+from tests.staff.mutants.table import PIPELINE_V, Check, Mutant
 
 PAIR = "::test_dualpipe_v_pair_posts_its_backwards_gradient_receive_before_its_forward_runs"
 
@@ -19,6 +19,12 @@ MUTANTS = [
         caught_by=(
             PIPELINE_V(PAIR, "posts its B's gradient receive before the F runs", world_sizes="2"),
             PIPELINE_V(PAIR, "posts its B's gradient receive before the F runs", world_sizes="3"),
+            Check(
+                "tests/staff/hidden/test_pipeline_v_hidden.py",
+                "::test_dualpipe_v_pairs_post_early_over_three_ranks_with_an_odd_count",
+                "posts its B's gradient receive before the F runs",
+                names=("rank",),
+            ),
         ),
     ),
     Mutant(
