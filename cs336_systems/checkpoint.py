@@ -129,8 +129,9 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
 
     A rank killed at any moment leaves the previous checkpoint loadable and this one without a valid
     marker (torn); so does a power loss at any moment, given that a file's data is durable only once it is
-    fsync-ed (names are durable once renamed: no directory fsync is needed here). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
-    rank 0 before anyone writes.
+    fsync-ed (names are durable once renamed: no directory fsync is needed here). A folder of the same
+    step left by an earlier save (a torn one, or an older committed one) is removed by group rank 0
+    before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
     ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key.

@@ -45,7 +45,8 @@ import random
 import shutil
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,7 @@ def step_directory(directory: str | os.PathLike, step: int) -> Path:
 
 _METADATA = "metadata.json"
 _OBJECTS = "__objects__"  # the pseudo-key of a rank's pickled non-tensor values
+_PIECE_BYTES = 1 << 20  # a box goes to the writer thread in pieces of 256 checksum blocks: checksums overlap writes
 
 
 def _data_name(rank: int) -> str:
@@ -145,13 +147,14 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, chunks: list) -> None:
+def _write_atomically(path: Path, chunks: Iterable) -> None:
     """Write ``chunks`` to ``path`` so the name never points at a partial file: a temporary name,
-    flush + fsync, then ``os.replace``."""
+    flush + fsync, then ``os.replace``. One writer thread does the writes (a write releases the GIL), so
+    while it writes a chunk, this thread computes the next one (``chunks`` may be a generator)."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        for chunk in chunks:
-            f.write(chunk)
+    with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer") as writer:
+        for done in [writer.submit(f.write, chunk) for chunk in chunks]:
+            done.result()
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -285,8 +288,9 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
 
     A rank killed at any moment leaves the previous checkpoint loadable and this one without a valid
     marker (torn); so does a power loss at any moment, given that a file's data is durable only once it is
-    fsync-ed (names are durable once renamed: no directory fsync is needed here). A folder of the same step left by an earlier save (e.g. a torn one) is removed by group
-    rank 0 before anyone writes.
+    fsync-ed (names are durable once renamed: no directory fsync is needed here). A folder of the same
+    step left by an earlier save (a torn one, or an older committed one) is removed by group rank 0
+    before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
     ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key.
@@ -328,21 +332,30 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
         folder.mkdir(parents=True, exist_ok=True)
     _all_gather_object(None, group, world)  # the folder exists and is empty from here on
     # Write this rank's boxes, then its objects, into one file (temporary name, fsync, rename).
-    chunks, entries, offset = [], [], 0
-    for key, shard in _iter_tensors(state):
-        if writer[(key, shard.offsets, tuple(shard.local.shape))] != me:
-            continue  # a replica: the lowest group rank holding this box writes it
-        data = _as_bytes(shard.local)
-        entries.append({"key": key, "dtype": str(shard.local.dtype), "global_shape": list(shard.global_shape),
-                        "offsets": list(shard.offsets), "shape": list(shard.local.shape), "start": offset,
-                        "nbytes": len(data), "crcs": _block_crcs(data)})  # fmt: skip
-        chunks.append(data)
-        offset += len(data)
-    blob = pickle.dumps(objects)
-    entries.append({"key": _OBJECTS, "start": offset, "nbytes": len(blob), "crcs": _block_crcs(blob)})
-    chunks.append(blob)
-    _write_atomically(folder / _data_name(me), chunks)
-    report = {"file": _data_name(me), "size": offset + len(blob), "boxes": entries}
+    entries: list[dict] = []
+
+    def chunks() -> Iterator:
+        """The file's bytes in pieces, each checksummed here while the writer thread writes the last one."""
+        offset = 0
+        for key, shard in _iter_tensors(state):
+            if writer[(key, shard.offsets, tuple(shard.local.shape))] != me:
+                continue  # a replica: the lowest group rank holding this box writes it
+            data = _as_bytes(shard.local)  # a view of the tensor's bytes (no copy on CPU)
+            entry = {"key": key, "dtype": str(shard.local.dtype), "global_shape": list(shard.global_shape),
+                     "offsets": list(shard.offsets), "shape": list(shard.local.shape), "start": offset,
+                     "nbytes": len(data), "crcs": []}  # fmt: skip
+            entries.append(entry)
+            for i in range(0, len(data), _PIECE_BYTES):
+                entry["crcs"] += _block_crcs(data[i : i + _PIECE_BYTES])
+                yield data[i : i + _PIECE_BYTES]
+            offset += len(data)
+        blob = pickle.dumps(objects)
+        entries.append({"key": _OBJECTS, "start": offset, "nbytes": len(blob), "crcs": _block_crcs(blob)})
+        yield blob
+
+    _write_atomically(folder / _data_name(me), chunks())
+    size = entries[-1]["start"] + entries[-1]["nbytes"]
+    report = {"file": _data_name(me), "size": size, "boxes": entries}
     # Commit: group rank 0 checks every rank's report against the files, writes the metadata, then the marker.
     reports = _all_gather_object(report, group, world)
     verdict = None
