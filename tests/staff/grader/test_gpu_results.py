@@ -119,3 +119,17 @@ def test_run_autograder_hands_out_the_node_grade_without_running_anything(graded
     got = json.loads((root / "results" / "results.json").read_text())
     want = json.loads((source / gpu_results.BUNDLE_NAME).read_text())
     assert got in want.values() and got["score"] == 7, got
+
+
+def test_the_node_check_names_the_torch_build_and_fails_without_the_gpus_it_expects(capsys):
+    """``python -m scripts.tools.torch_build --expect-gpus N``: the first check on a node (the guide's step 1)."""
+    import torch
+
+    from scripts.tools import torch_build
+
+    assert torch_build.main([]) == 0
+    line = capsys.readouterr().out
+    assert torch.__version__ in line and ("CPU build" in line or "CUDA" in line), line
+    too_many = torch.cuda.device_count() + 1
+    assert torch_build.main(["--expect-gpus", str(too_many)]) == 1
+    assert "CS336_TORCH" in capsys.readouterr().err, "the failure does not say how to install a CUDA build"
