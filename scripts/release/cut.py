@@ -20,6 +20,9 @@ With ``--parts``, only those parts' stubs, tests, handouts, benchmarks and figur
 that they build on ship as given code: scripts/grading/subset.py), and the check adds:
 4. the kit's tests pass on the kit solved: its given code, and the reference for its own parts (a package
    outside the release, on the test run's path only).
+Every release check also fails on what a student would trip on (``kit_problems``: a dead link, a named test,
+script or module the release lacks, a staff name, missing ground rules, build leftovers); ``--walk`` runs
+every command of the README and of each handout's first code block in the release's venv, as a newcomer.
 """
 
 from __future__ import annotations
@@ -251,6 +254,51 @@ def run_release_scripts(python: Path, out: Path) -> list[str]:
     return problems
 
 
+def walk_commands(out: Path) -> list[tuple[str, str]]:
+    """(document, command) for every command a newcomer types from the README's code blocks and the first code
+    block of each handout in ``out`` (pytest and python lines; setup and activation are the venv's job here)."""
+    found = []
+    for doc in [out / "README.md", *sorted((out / "handouts").glob("[0-9][0-9]-*.md"))]:
+        text = doc.read_text()
+        blocks = re.findall(r"```(?:bash)?\n(.*?)```", text, re.S)
+        if doc.name != "README.md":  # a handout's commands: the code before its first section, fenced or indented
+            intro = text.split("\n## ", 1)[0]
+            blocks = re.findall(r"```(?:bash)?\n(.*?)```", intro, re.S) + re.findall(r"(?m)^    (\S.*)$", intro)
+        for block in blocks:
+            for line in block.splitlines():
+                cmd = line.split("  #")[0].strip()
+                if cmd.startswith(("pytest", "python ")) and (doc.name, cmd) not in found:
+                    found.append((doc.relative_to(out).as_posix(), cmd))
+    return found
+
+
+def newcomer_walk(python: Path, out: Path, timeout: float = 900) -> list[str]:
+    """Run every command of ``walk_commands`` in the release, with its own venv, as a student would: each must
+    run (exit 0) or stop at a stub's NotImplementedError; a missing file, module or option fails the walk."""
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="cs336-walk-") as trace:
+        for doc, cmd in walk_commands(out):
+            run = re.sub(r"^pytest\b", f"{python} -m pytest", cmd)
+            run = re.sub(r"^python\b", str(python), run).replace("/tmp/trace", trace)
+            if "<one of its files>" in run:
+                files = sorted(Path(trace).glob("*.json"))
+                run = run.replace(f"{trace}/<one of its files>.json", str(files[0]) if files else "missing.json")
+            if re.search(r" -m pytest tests/\s*$", run):
+                run += " -x -q"  # the whole suite on the stubs: the first failure is enough
+            try:
+                r = subprocess.run(run, shell=True, cwd=out, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                problems.append(f"{doc}: `{cmd}` took over {timeout:.0f} s")
+                continue
+            text = r.stdout + r.stderr
+            ok = r.returncode == 0 or (r.returncode == 1 and "NotImplementedError" in text)
+            print(f"release walk: {doc}: {cmd}: " + ("ok" if r.returncode == 0 else "stops at a stub" if ok else
+                                                     f"FAILS (exit {r.returncode})"))  # fmt: skip
+            if not ok:
+                problems.append(f"{doc}: `{cmd}` fails in the release (exit {r.returncode}):\n{text[-1500:]}")
+    return problems
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out", type=Path, help="folder to write the release to (replaced if it exists)")
@@ -258,6 +306,8 @@ def main() -> int:
     p.add_argument("--parts", help="only these parts, e.g. 1,2,3 (see scripts/grading/subset.py)")
     p.add_argument("--quick", action="store_true", help="CI's subset check: world size 2 only, the scripts' --help "
                    "left to the full release's check")  # fmt: skip
+    p.add_argument("--walk", action="store_true", help="also run every command of the README and the handouts' "
+                   "first code blocks, as a newcomer would (minutes)")  # fmt: skip
     args = p.parse_args()
     out = args.out.resolve()
     if REPO in [out, *out.parents]:
@@ -283,6 +333,9 @@ def main() -> int:
             problems += run_reference_tests(python, out, Path(tmp), parts, sizes)
         if not args.quick:
             problems += run_release_scripts(python, out)
+        if args.walk:
+            problems += newcomer_walk(python, out)
+            remove_leftovers(out)
     problems += [f"{p}: a build leftover after the checks" for p in leftovers(out)]
     for problem in problems:
         print("PROBLEM:", problem)

@@ -13,6 +13,7 @@ and the kits CI builds (and the advanced 4 + 5 + 7 kit) and expect no problem, t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -52,6 +53,16 @@ def test_the_advanced_kit_names_only_its_own_commands_and_says_what_is_given(kit
     kit = json.loads((kit457 / "kit.json").read_text())
     assert kit["written"] == ["tensor_parallel", "pipeline", "accounting", "mesh"]
     assert kit["given"] == ["ddp", "fsdp", "sharded_optimizer"]
+
+
+def test_the_newcomer_walk_runs_the_kits_own_commands(kit457):
+    """``cut --walk`` types what the README and the handouts' first blocks say: here, only the kit's files."""
+    cmds = [cmd for _, cmd in cut.walk_commands(kit457)]
+    assert "pytest tests/test_tensor_parallel.py -m task4_1 -x --world-sizes 2" in cmds
+    assert any(c.startswith("python -m scripts.bench.pipeline") for c in cmds)
+    for cmd in cmds:
+        for path in re.findall(r"(?:tests|scripts)/[\w/]+\.py", cmd):
+            assert (kit457 / path).exists(), cmd
 
 
 def test_the_submission_tool_zips_what_the_kit_student_writes(kit457, tmp_path):
