@@ -8,8 +8,6 @@ from __future__ import annotations
 import csv
 import os
 import stat
-import subprocess
-import sys
 import zipfile
 
 import pytest
@@ -55,22 +53,13 @@ def test_links_and_oversized_modules_are_refused_with_a_note(tmp_path):
     assert sub.modules == {} and len(sub.notes) == 2
 
 
-def test_batch_grades_every_submission_and_writes_a_csv(tmp_path):
-    """--batch grades each folder and zip (reference: full marks, stub: 0) into one CSV row each and a table."""
-    batch = tmp_path / "subs"
-    (batch / "alice" / "cs336_systems").mkdir(parents=True)
-    (batch / "alice" / "cs336_systems" / "collectives.py").write_bytes(REFERENCE)
-    with zipfile.ZipFile(batch / "bob.zip", "w") as zf:
-        zf.write(REPO / "cs336_systems" / "collectives.py", "cs336_systems/collectives.py")
-    out_csv = tmp_path / "grades.csv"
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--csv", str(out_csv),
-         "--jobs", "2", "--parts", "collectives", "--select", "broadcast and float32 and first",
-         "--world-sizes", "2", "--timeout", "120"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def test_batch_grades_every_submission_and_writes_a_csv(batch_of_reference_and_stub):
+    """--batch grades each folder and zip (reference: full marks, stub: 0) into one CSV row each and a table
+    (the batch is tests/staff/grader/conftest.py's, shared with the stub's check in test_grade.py)."""
+    batch = batch_of_reference_and_stub
+    proc = batch.proc
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {r["submission"]: r for r in csv.DictReader(out_csv.open())}
+    rows = {r["submission"]: r for r in csv.DictReader(batch.csv.open())}
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) > 0
     assert float(rows["bob.zip"]["score"]) == 0
-    assert "| alice |" in proc.stdout and (tmp_path / "subs-results" / "alice.json").exists()
+    assert "| alice |" in proc.stdout and (batch.folder.with_name("subs-results") / "alice.json").exists()

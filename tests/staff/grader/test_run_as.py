@@ -87,17 +87,14 @@ def _grade(tmp_path: Path, source: str, python: str) -> dict:
     return json.loads(out.read_text())
 
 
-def test_the_reference_gets_full_marks_as_an_unprivileged_user(tmp_path, grading_python, hidden_checkout):
-    """Graded as cs336grader with the grading venv, the reference gets full marks (hidden test included)."""
-    results = _grade(tmp_path, (REPO / "reference_solutions" / "accounting.py").read_text(), grading_python)
-    most = sum(t["max_score"] for t in results["tests"])
-    assert results["score"] == pytest.approx(most, abs=0.01) and most > 0, results["output"]
-
-
-def test_the_submission_cannot_read_staff_files_or_write_outside_its_sandbox(tmp_path, grading_python,
-                                                                             hidden_checkout):  # fmt: skip
-    """From a rank, reading the reference or the rubric, the judge's memory, environment or pipes (where the
-    signing key is), and writing into the checkout or the results folder all fail."""
+@pytest.fixture(scope="module")
+def probed_grade(tmp_path_factory, grading_python) -> tuple[dict, list[Path], Path]:
+    """One grade, as cs336grader with the grading venv and the staff checkout hidden from other users, of the
+    reference's accounting.py whose ``training_memory_bytes`` first probes: it tries to read the reference and
+    the rubric, the judge's memory, environment and pipes, to write into the checkout and beside the results,
+    and raises "BREACH" if any of it worked; otherwise it plants a file in /tmp and answers as the reference.
+    Returns the results, the paths it tried to write and the file it planted."""
+    tmp_path = tmp_path_factory.mktemp("run-as")
     reads = [REPO / "reference_solutions" / "accounting.py", REPO / "scripts" / "grading" / "rubric.toml",
              REPO / "tests" / "staff" / "hidden" / "test_accounting_hidden.py"]  # fmt: skip
     writes = [REPO / "pwned-by-submission", tmp_path / "results" / "pwned-by-submission"]
@@ -144,7 +141,29 @@ def training_memory_bytes(num_params, **kw):
     return _reference_training_memory_bytes(num_params, **kw)
 """
     (tmp_path / "results").mkdir(parents=True)
-    results = _grade(tmp_path, (REPO / "reference_solutions" / "accounting.py").read_text() + attack, grading_python)
+    mode = REPO.stat().st_mode & 0o777
+    REPO.chmod(mode & ~0o007)  # as hidden_checkout, for the one grade
+    try:
+        source = (REPO / "reference_solutions" / "accounting.py").read_text() + attack
+        results = _grade(tmp_path, source, grading_python)
+    finally:
+        REPO.chmod(mode)
+    return results, writes, planted
+
+
+def test_the_reference_gets_full_marks_as_an_unprivileged_user(probed_grade):
+    """Graded as cs336grader with the grading venv, the reference gets full marks, hidden test included (the
+    reference with the probe of the next test, which changes no answer unless it breaches)."""
+    results = probed_grade[0]
+    most = sum(t["max_score"] for t in results["tests"])
+    assert results["score"] == pytest.approx(most, abs=0.01) and most > 0, results["output"]
+    assert any(t["name"].endswith("(hidden test)") for t in results["tests"]), [t["name"] for t in results["tests"]]
+
+
+def test_the_submission_cannot_read_staff_files_or_write_outside_its_sandbox(probed_grade):
+    """From a rank, reading the reference or the rubric, the judge's memory, environment or pipes (where the
+    signing key is), and writing into the checkout or the results folder all fail."""
+    results, writes, planted = probed_grade
     assert "BREACH" not in json.dumps(results), json.dumps(results)[:3000]
     assert not any(p.exists() for p in writes), [p for p in writes if p.exists()]
     assert not planted.exists(), "a file the submission wrote in /tmp outlived the grade"
