@@ -69,6 +69,11 @@ def test_detector_fails_a_silent_peer_after_the_timeout_and_a_dead_one_at_once()
     assert out["dead_took"] < 0.5, f"{me} took {out['dead_took']:.2f} s to see rank 2's death notice"
     assert "SIGKILL" in out["dead"][2], f"{me} should name rank 2's signal: {out['dead'][2]!r}"
     assert out["stopped"] is None, f"{me} declared rank 1 failed after it stopped its detector: {out['stopped']}"
+    assert out["never_seen"] == (1, None), (
+        f"a detector of world 2 whose peer never wrote a heartbeat returned {out['never_seen']} 0.5 s after start "
+        "(timeout 0.3 s); expected (1, None): a peer never seen fails once `timeout` has passed since start, at "
+        "step None"
+    )
 
 
 @pytest.mark.task10_5

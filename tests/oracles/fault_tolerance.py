@@ -306,6 +306,12 @@ def detector_rank(ctx, scenario: str) -> dict:
         out["dead"] = det.failed_peer()
         out["dead_took"] = time.monotonic() - noticed
         det.stop()
+        # A peer that never beats at all: its timeout runs from start(), and its step is None.
+        lone = ft.FailureDetector(dist.HashStore(), 0, 2, interval=0.02, timeout=0.3).start()
+        time.sleep(0.5)
+        found = lone.failed_peer()
+        out["never_seen"] = None if found is None else tuple(found[:2])
+        lone.stop()
     elif scenario == "on_failure":  # peer 1 falls silent outside any wait, then (another store) inside one
         calls: list = []
 
@@ -385,6 +391,17 @@ def detector_rank(ctx, scenario: str) -> dict:
 
 
 # -- Task 10.6: live recovery -----------------------------------------------------------------------------
+
+
+def replica_state_numels() -> list[int]:
+    """The elements of each tensor of a replica's state in key order (``sorted`` over the keys, as
+    ``send_replica_state`` promises): "optim/<name>/exp_avg", ".../exp_avg_sq", ".../step", "param/<name>"."""
+    keys = {}
+    for name, p in oracle_model().named_parameters():
+        keys[f"param/{name}"] = p.numel()
+        for entry, numel in (("exp_avg", p.numel()), ("exp_avg_sq", p.numel()), ("step", 1)):
+            keys[f"optim/{name}/{entry}"] = numel
+    return [keys[k] for k in sorted(keys)]
 
 
 def replica_state_bytes() -> tuple[int, int]:
@@ -471,6 +488,11 @@ def check_live_recovery(outs: list, *, replaced: int, healthy: int, steps_before
                 f"after the header, rank {rank} sent {len(events[2:])} tensors of {sent} bytes; the state is "
                 f"{state_tensors} tensors of {state_bytes} bytes (parameters, exp_avg, exp_avg_sq, step)\n"
                 f"{format_events(events)}"
+            )
+            order = [e.numel for e in events[2:]]
+            assert order == replica_state_numels(), (
+                f"rank {rank} sent the state's tensors with {order} elements; in key order (sorted keys: optim/... "
+                f"before param/...) they have {replica_state_numels()}\n{format_events(events)}"
             )
         elif rank == replaced:
             assert events and all(e.op == "recv" and e.peer == healthy for e in events), (

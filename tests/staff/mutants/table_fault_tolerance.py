@@ -104,3 +104,23 @@ MUTANTS.append(
         caught_by=FT("test_survivors_report_a_killed_rank or fsdp_restarts_smaller", "grace", world_sizes="2,4"),
     )
 )
+MUTANTS.append(
+    Mutant(
+        "ft_never_seen_peer_never_fails",
+        "fault_tolerance",
+        "a peer that never wrote a heartbeat is skipped, so a rank that died before its first beat is never noticed",
+        old='if beat == "stopped":',
+        new='if beat == "stopped" or beat is None:',
+        caught_by=FT("::test_detector_fails_a_silent_peer_after_the_timeout_and_a_dead_one_at_once", "never wrote"),
+    )
+)
+MUTANTS.append(
+    Mutant(
+        "ft_replica_sent_in_dict_order",
+        "fault_tolerance",
+        "send_replica_state sends the tensors in the dict's order, not in key order as promised",
+        old="tensors = sorted((k, v) for k, v in state.items() if isinstance(v, torch.Tensor))",
+        new="tensors = [(k, v) for k, v in state.items() if isinstance(v, torch.Tensor)]",
+        caught_by=FT("test_a_replaced_replica_gets and w2", "in key order"),
+    )
+)
