@@ -280,6 +280,7 @@ def numbers(rubric: Rubric) -> dict[str, str]:
         "hidden": _fmt(sum(p.hidden_points for p in rubric.parts.values())),
         "written": _fmt(sum(w.points for w in rubric.written)),
         "budget_total": _fmt(sum(p.budget_s for p in rubric.parts.values())),
+        "budget_minutes": _fmt(round(sum(p.budget_s for p in rubric.parts.values()) / 60)),
         "timeout": _fmt(2400),
     }
 
