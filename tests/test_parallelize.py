@@ -35,12 +35,12 @@ from tests.oracles.transformer import (
     training_rank,
 )
 
-# Which meshes each task's test trains (the others' parts must work too: the whole step runs).
+# Which meshes each task's test trains (the others' parts must work too: the whole step runs). The table's
+# other meshes (tp4, ZeRO-1, GPipe, ep2×tp2) are the hidden tests', to keep this file within its time budget.
 TASK_MESHES = {
-    "task11_1": ["one", "tp2", "cp2", "ep2", "tp4"],
+    "task11_1": ["one", "tp2", "cp2", "ep2"],
     "task11_2": ["pp2", "fsdp2", "pp2xtp2", "pp2xcp2-interleaved", "pp2xep2"],
-    "task11_3": ["dp2", "cp2xtp2", "dp2xtp2-zero1", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2",
-                 "dp2xpp2xcp2"],
+    "task11_3": ["dp2", "cp2xtp2", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2", "dp2xpp2xcp2"],
 }  # fmt: skip
 
 

@@ -14,7 +14,15 @@ import pytest
 
 from cs336_systems.transformer import TransformerConfig
 from tests.harness import run_ranks
-from tests.oracles.transformer import batches, check_training, dense_training, full_shape, mesh_size, training_rank
+from tests.oracles.transformer import (
+    batches,
+    check_training,
+    dense_training,
+    full_shape,
+    mesh_case,
+    mesh_size,
+    training_rank,
+)
 
 _GQA1 = TransformerConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=24)
 _DEEP = TransformerConfig(vocab_size=11, d_model=16, n_layers=4, n_heads=2, n_kv_heads=2, d_ff=24)
@@ -53,3 +61,14 @@ def test_other_models_and_meshes_train_like_one_process(case):
     losses, state = dense_training(cfg, data, seed=seed)
     outs = run_ranks(mesh_size(shape), training_rank, shape, cfg, data, options, seed=seed)
     check_training(outs, shape, losses, state, f"{case} {full_shape(shape)} {options}")
+
+
+@pytest.mark.task11_3
+@pytest.mark.parametrize("name", ["tp4", "dp2xtp2-zero1", "dp2xpp2-gpipe", "ep2xtp2"])
+def test_the_oracle_meshes_the_public_tests_leave_out(name):
+    """tp4, ZeRO-1 beside TP, GPipe beside DP, EP beside TP (the public model and batches): equal to one process."""
+    shape, cfg, options = mesh_case(name)
+    data = batches(cfg)
+    losses, state = dense_training(cfg, data)
+    outs = run_ranks(mesh_size(shape), training_rank, shape, cfg, data, options)
+    check_training(outs, shape, losses, state, f"mesh {name} {full_shape(shape)} {options}")
