@@ -249,11 +249,11 @@ def _read_plan(plan: list, folder: Path, reads: list | None) -> None:
             for r0, r1 in ranges:
                 start = box["start"] + r0 * CHECKSUM_BLOCK_BYTES
                 stop = box["start"] + min(r1 * CHECKSUM_BLOCK_BYTES, box["nbytes"])
-                buffer = bytearray(stop - start)
+                buffer = torch.empty(stop - start, dtype=torch.uint8).numpy()  # not zero-filled: all read over
                 for at in range(0, stop - start, _PIECE_BYTES):
                     yield buffer, at, name, start + at, min(start + at + _PIECE_BYTES, stop)
 
-    def read(buffer: bytearray, at: int, name: str, start: int, stop: int) -> int:
+    def read(buffer, at: int, name: str, start: int, stop: int) -> int:
         files[name].seek(start)
         return files[name].readinto(memoryview(buffer)[at : at + stop - start])
 
@@ -284,7 +284,7 @@ def _read_plan(plan: list, folder: Path, reads: list | None) -> None:
                     _check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")
                     if at + length == len(buffer):
                         break
-                got.append((r0 * CHECKSUM_BLOCK_BYTES, torch.frombuffer(buffer, dtype=torch.uint8)))
+                got.append((r0 * CHECKSUM_BLOCK_BYTES, torch.from_numpy(buffer)))
             # A run's blocks are contiguous, so it lies inside one range: slice it out (a view, no copy).
             views, k = [], 0
             for a, b in runs:

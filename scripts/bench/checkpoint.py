@@ -12,7 +12,9 @@ the same shards as DTensors, the implementation's ``AsyncCheckpointer.save`` (th
 returns: staging; and until ``wait()``: the whole save) and DCP's ``async_save`` (until its future is
 returned, and until it is done). Times are the slowest rank's (scripts/bench/common.timed); the table
 shows medians over rounds as GB/s of the global state, and DCP's time over yours with a 90% bootstrap
-interval over rounds (> 1: yours is faster). The async lines are the blocking time over a
+interval over rounds (> 1: yours is faster). The bare lines are what the disk allows: every rank writes its
+shards' bytes into one file with an fsync, then reads them back, plain Python, no checksums (save/bare and
+load/bare: the share of it yours reaches). The async lines are the blocking time over a
 synchronous save: the share of a save the training step still waits for. Files go to a temporary
 folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
 Writes out/bench_checkpoint.{csv,png}. Measured on a 2-core machine: 2 min 22 s quiet (issue 35), 4 min 57 s
@@ -22,6 +24,7 @@ at a load average of 12; rank 0 prints each configuration's rounds as they finis
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -46,7 +49,8 @@ from scripts.bench.common import (
 )
 
 TENSORS = 8
-METHODS = ["save", "dcp save", "load", "dcp load", "async block", "async total", "dcp async block", "dcp async total"]
+METHODS = ["save", "dcp save", "load", "dcp load", "async block", "async total", "dcp async block", "dcp async total",
+           "bare write", "bare read"]  # fmt: skip
 
 
 def _shards(C, rank: int, world: int, size_bytes: int, device, fill: float | None):
@@ -87,7 +91,26 @@ def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: in
 
     got["dcp async block"] = timed(start, device)
     got["dcp async total"] = got["dcp async block"] + timed(lambda: future[0].result(), device)
+    # What the disk allows: each rank writes (and fsyncs) its shards' bytes into one file, and reads them back.
+    bare = folder / f"bare_{dist.get_rank()}_{step}"
+    data = [memoryview(t.local.detach().cpu().contiguous().view(torch.uint8).numpy()) for t in ours.values()]
+    got["bare write"] = timed(lambda: _bare_write(bare, data), device)
+    got["bare read"] = timed(lambda: _bare_read(bare, sum(len(d) for d in data)), device)
+    bare.unlink()
     return got
+
+
+def _bare_write(path: Path, data: list) -> None:
+    with open(path, "wb") as f:
+        for chunk in data:
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _bare_read(path: Path, nbytes: int) -> None:
+    with open(path, "rb") as f:
+        f.readinto(bytearray(nbytes))
 
 
 def bench_rank(rank, world_size, device, *, impl, sizes, rounds, root):
@@ -150,7 +173,9 @@ def main() -> None:
             dcp_block = med["dcp async block"] / med["dcp save"]
             rows.append([world, size / (1 << 20), gbs["save"], gbs["dcp save"], f"{save_lo:.2f}-{save_hi:.2f}",
                          gbs["load"], gbs["dcp load"], f"{load_lo:.2f}-{load_hi:.2f}", med["async block"] * 1e3,
-                         f"{block_lo:.2f}-{block_hi:.2f}", med["dcp async block"] * 1e3, dcp_block])  # fmt: skip
+                         f"{block_lo:.2f}-{block_hi:.2f}", med["dcp async block"] * 1e3, dcp_block,
+                         gbs["bare write"], gbs["bare read"], gbs["save"] / gbs["bare write"],
+                         gbs["load"] / gbs["bare read"]])  # fmt: skip
             plot[(world, size)] = gbs
     if not main_rank():
         return
@@ -158,7 +183,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     headers = ["N", "MiB", "save GB/s", "dcp save GB/s", "dcp/yours save", "load GB/s", "dcp load GB/s",
                "dcp/yours load", "async block ms", "block/sync save", "dcp async block ms",
-               "dcp block/save"]  # fmt: skip
+               "dcp block/save", "bare write GB/s", "bare read GB/s", "save/bare", "load/bare"]  # fmt: skip
     print(format_table(headers, rows))
     out = Path(args.out) if getattr(args, "out", None) else OUT_DIR
     write_csv(out / "bench_checkpoint.csv", headers, rows)
