@@ -189,8 +189,9 @@ def _trainer(axis: str, **options):
     return arrange
 
 
-def _tokens(batch: int, seq: int) -> torch.Tensor:
-    return torch.zeros(batch, seq, dtype=torch.int64)
+def _tokens(pt, batch: int, seq: int) -> torch.Tensor:
+    """Token ids on the device of the ParallelTransformer ``pt``'s parameters."""
+    return torch.zeros(batch, seq, dtype=torch.int64, device=next(pt.chunks[0].parameters()).device)
 
 
 BAD_INPUT = [
@@ -205,11 +206,11 @@ BAD_INPUT = [
              names="model", task="task11_2", arrange=_mesh("dp")),
     BadInput("unknown-schedule", lambda P, mesh: P.ParallelTransformer(Transformer(DENSE), mesh, schedule="zb-v"),
              "ValueError", names="schedule", task="task11_2", arrange=_mesh("pp")),
-    BadInput("batch-not-divisible-by-dp", lambda P, pt: pt.train_step(_tokens(3, SEQ), _tokens(3, SEQ)),
+    BadInput("batch-not-divisible-by-dp", lambda P, pt: pt.train_step(_tokens(pt, 3, SEQ), _tokens(pt, 3, SEQ)),
              "ValueError", names="inputs", task="task11_3", arrange=_trainer("dp")),
-    BadInput("sequence-not-divisible-by-cp", lambda P, pt: pt.train_step(_tokens(4, 6), _tokens(4, 6)),
+    BadInput("sequence-not-divisible-by-cp", lambda P, pt: pt.train_step(_tokens(pt, 4, 6), _tokens(pt, 4, 6)),
              "ValueError", names="inputs", task="task11_3", arrange=_trainer("cp")),
-    BadInput("targets-shape-not-inputs", lambda P, pt: pt.train_step(_tokens(4, SEQ), _tokens(4, SEQ // 2)),
+    BadInput("targets-shape-not-inputs", lambda P, pt: pt.train_step(_tokens(pt, 4, SEQ), _tokens(pt, 4, SEQ // 2)),
              "ValueError", names="targets", task="task11_3", arrange=_trainer("tp")),
 ]  # fmt: skip
 
