@@ -2,8 +2,9 @@
 # The main job, from a fresh machine: install, then grade the staff reference through the
 # autograder exactly as a student submission would be graded, and print the score.
 #
-#     bash scripts/main.sh                   # all parts, gloo on CPU, world sizes 1,2,4
-#     bash scripts/main.sh --parts 1,2       # extra arguments go to the grader (python -m scripts.grading)
+#     bash scripts/main.sh                          # all parts, gloo on CPU, the graders' world sizes 2,4,8
+#     bash scripts/main.sh --world-sizes 1,2,4      # extra arguments go to the grader (python -m scripts.grading)
+#     bash scripts/main.sh --parts 1,2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -13,7 +14,8 @@ trap 'rm -rf "$submission"' EXIT
 mkdir -p "$submission/cs336_systems"
 cp reference_solutions/*.py "$submission/cs336_systems/"
 mkdir -p out
-.venv/bin/python -m scripts.grading "$submission" --out out/results.json "$@"
+# Graders grade at world sizes 2, 4 and 8 (8-GPU nodes): the main job grades there; a later --world-sizes wins.
+.venv/bin/python -m scripts.grading "$submission" --out out/results.json --world-sizes 2,4,8 "$@"
 echo "results: out/results.json"
 # The reference must get every point it was graded on; anything less is a bug in the kit, so fail.
 .venv/bin/python -c '
