@@ -8,7 +8,10 @@ its owner) cut from seeded global tensors; the parent knows those tensors and ju
 every rank, the bytes on disk, and the byte ranges each rank read against what its boxes need.
 Failures are injected from outside the implementation (tests/oracles/checkpoint.py): a rank is
 "killed" before its j-th file operation of a save (the others stop at the next collective), a byte
-of a shard is flipped on disk, a background write is held until the test lets it go. Exact resume
+of a shard is flipped on disk, a background write is held until the test lets it go. A simulated
+power loss (tests/oracles/power_loss.py) records every fsync and name change of a save on every rank
+and rebuilds the disk a crash after each of them leaves (data not fsync-ed is lost). Then one test per
+promise: what a commit checks, what verify and load check, what an async save copies and waits for. Exact resume
 trains with dropout, Adam and a shuffled sampler, and compares an interrupted run bit for bit.
 """
 
