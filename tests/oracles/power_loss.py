@@ -1,7 +1,8 @@
 """A simulated power loss: record what a save does to the filesystem, then rebuild what a disk would hold
 had the power gone out after any of those operations (staff and public tests of Part 10, §10.1).
 
-    from tests.oracles.power_loss import FsRecorder, snapshot, crash_states, materialize
+    from tests.oracles.power_loss import check_power_loss      # the whole judgment, in a test
+    from tests.oracles.power_loss import FsRecorder, snapshot, merge, crash_states, broken_promises, materialize
 
 Storage engines test crash consistency this way (ALICE, CrashMonkey, SQLite's crash tests): run the
 code once, log every operation that changes the filesystem, and replay every prefix of the log with
@@ -16,8 +17,10 @@ what was not yet durable thrown away. Here:
                  durable, whatever Python still buffers.
     parent side  ``snapshot(root)`` before the save, ``merge`` of the ranks' logs, ``crash_states``: the
                  distinct states a power loss can leave, ``materialize`` one into a folder.
+    judgment     ``broken_promises`` (no name at a half-written file; the marker in place means everything
+                 else is), then, in one rank, latest/verify/load of every state (``check_power_loss``).
 
-The durability rule (handouts/10-failures.md §10.1, "What a power loss keeps"):
+The durability rule (handouts/10-failures.md §10.0, "What a power loss keeps"):
   * a file's data is durable only once the file is fsync-ed: at a crash a file holds the bytes it had at
     its last fsync (nothing if it was never fsync-ed; truncating it, ``open(.., "wb")``, is durable at
     once), whatever was written since is lost;
@@ -460,7 +463,7 @@ def check_power_loss(world_size: int, tmp_path: Path, scheme: str, *, every: boo
     if not every:  # a few points: after each rename, and the end
         states = [s for s in states if s.after is not None and s.after[2] == "rename"] + [states[-1]]
         states = list({id(s): s for s in states}.values())
-    committed = sorted({s for s in (1, step)})
+    committed = sorted({1, step})
     where = [f"power loss {describe(s.after)} (operation {s.ops_done} of {len(log)}, {world_size} ranks, {scheme})"
              for s in states]  # fmt: skip
     for s, w in zip(states, where):
