@@ -22,8 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?)")
 SKIP = re.compile(r"^SKIPPED \[\d+\] (\S+?):\d+: (.*)$", re.M)
-# A reason names its constraint when it carries a number (ranks, experts, layers, GPUs, the sizes a test runs at).
-NAMES_A_CONSTRAINT = re.compile(r"\d")
+# A reason names its constraint when it carries a number (ranks, experts, layers, GPUs, the sizes a test runs at),
+# in digits or words, or the backend it needs.
+NAMES_A_CONSTRAINT = re.compile(r"\d|\b(one|two|three|four|five|six|seven|eight)\b|world size|GPU|gloo|NCCL", re.I)
 
 
 def run_size(size: int, public_only: bool, impl: str) -> tuple[dict[str, int], list[str], list[str], float]:
