@@ -24,7 +24,13 @@ import pytest
 import torch
 
 from tests.harness import assert_close, run_ranks
-from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.harness.bad_input import (
+    BadInput,
+    assert_rejected_before_communicating,
+    bad_input_params,
+    bad_input_rank,
+    names_argument,
+)
 from tests.oracles.checkpoint import (
     OBJECTS,
     CrashInjector,
@@ -270,14 +276,14 @@ def test_a_file_cut_short_before_the_commit_fails_the_save_on_every_rank(world_s
 @pytest.mark.task10_1
 @pytest.mark.parametrize("what", ["dtype", "shape"])
 def test_ranks_disagreeing_on_a_keys_dtype_or_shape_are_rejected(world_size, tmp_path, what):
-    """The last rank saves key "w" with another dtype (or global shape) than the others: ValueError naming "w" on
-    every rank, and nothing committed."""
+    """The last rank saves key "proj.weight" with another dtype (or global shape) than the others: a ValueError naming
+    it on every rank, and nothing committed."""
     if world_size == 1:
         pytest.skip("one rank cannot disagree with another (needs world size >= 2)")
     for r, (error, latest) in enumerate(run_ranks(world_size, disagreeing_rank, str(tmp_path), what)):
-        assert error is not None and error.startswith("ValueError") and "'w'" in error, (
-            f"rank {r}: the last rank gave key 'w' another {what} than the others; expected a ValueError naming "
-            f"'w' on every rank (ranks must agree on each key's dtype and global shape), got {error!r}"
+        assert error is not None and error.startswith("ValueError") and names_argument(error, "proj.weight"), (
+            f"rank {r}: the last rank gave key 'proj.weight' another {what} than the others; expected a ValueError "
+            f"naming 'proj.weight' on every rank (ranks must agree on each key's dtype and global shape), got {error!r}"
         )
         assert latest is None, f"rank {r}: a save the ranks disagreed on committed step {latest}"
 
@@ -382,19 +388,19 @@ def test_load_checks_the_pickled_values_before_unpickling_them(world_size, tmp_p
 
 @pytest.mark.task10_2
 def test_a_box_the_checkpoint_does_not_cover_whole_is_a_key_error(world_size, tmp_path):
-    """Rank r saved rows [2r, 2r + 2) of "w", whose last 2 rows nobody saved: loading all of "w" is a KeyError naming
-    it (never a partial load); loading the saved rows works."""
+    """Rank r saved rows [2r, 2r + 2) of "proj.weight", whose last 2 rows nobody saved: loading all of it is a KeyError
+    naming it (never a partial load); loading the saved rows works."""
     total = 2 * world_size + 2
     run_ranks(world_size, partial_save_rank, str(tmp_path))
     error, _ = run_ranks(1, partial_load_rank, str(tmp_path), total, total)[0]
-    assert error is not None and error.startswith("KeyError") and "'w'" in error, (
-        f"loading rows [0, {total}) of 'w', of which [{total - 2}, {total}) were never saved: expected a KeyError "
-        f"naming 'w' (the saved boxes do not cover the requested one), got {error!r}"
+    assert error is not None and error.startswith("KeyError") and names_argument(error, "proj.weight"), (
+        f"loading rows [0, {total}) of 'proj.weight', of which [{total - 2}, {total}) were never saved: expected a "
+        f"KeyError naming 'proj.weight' (the saved boxes do not cover the requested one), got {error!r}"
     )
     error, box = run_ranks(1, partial_load_rank, str(tmp_path), total - 2, total)[0]
-    assert error is None, f"loading the saved rows [0, {total - 2}) of 'w' failed: {error}"
+    assert error is None, f"loading the saved rows [0, {total - 2}) of 'proj.weight' failed: {error}"
     want = torch.arange(total * 3, dtype=torch.float64).view(-1, 3)[: total - 2]
-    assert_close(box, want, rtol=0, atol=0, what=f"rows [0, {total - 2}) of 'w', saved by {world_size} ranks")
+    assert_close(box, want, rtol=0, atol=0, what=f"rows [0, {total - 2}) of 'proj.weight', saved by {world_size} ranks")
 
 
 @pytest.mark.task10_1

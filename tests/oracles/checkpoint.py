@@ -588,28 +588,28 @@ def sabotaged_commit_rank(ctx, root: str, victim: int):
 
 
 def disagreeing_rank(ctx, root: str, what: str):
-    """Every rank saves its rows of key "w"; the last rank disagrees on its dtype or its global shape."""
+    """Every rank saves its rows of key "proj.weight"; the last rank disagrees on its dtype or its global shape."""
     C = ctx.load("checkpoint")
     n, last = ctx.world_size, ctx.rank == ctx.world_size - 1
     dtype = torch.float32 if last and what == "dtype" else torch.float64
     shape = (n + 1, 3) if last and what == "shape" else (n, 3)
-    state = {"w": C.Shard(torch.ones(1, 3, dtype=dtype, device=ctx.device), shape, (ctx.rank, 0)), "step": 1}
+    state = {"proj.weight": C.Shard(torch.ones(1, 3, dtype=dtype, device=ctx.device), shape, (ctx.rank, 0)), "step": 1}
     return _error(lambda: C.save_checkpoint(state, root, 1)), C.latest_checkpoint(root)
 
 
 def partial_save_rank(ctx, root: str):
-    """Rank r saves rows [2r, 2r + 2) of a (2N + 2, 3) tensor "w": its last two rows are nobody's."""
+    """Rank r saves rows [2r, 2r + 2) of a (2N + 2, 3) tensor "proj.weight": its last two rows are nobody's."""
     C = ctx.load("checkpoint")
     g = torch.arange((2 * ctx.world_size + 2) * 3, dtype=torch.float64).view(-1, 3)
     box = g[2 * ctx.rank : 2 * ctx.rank + 2].clone().to(ctx.device)
-    C.save_checkpoint({"w": C.Shard(box, tuple(g.shape), (2 * ctx.rank, 0))}, root, 1)
+    C.save_checkpoint({"proj.weight": C.Shard(box, tuple(g.shape), (2 * ctx.rank, 0))}, root, 1)
 
 
 def partial_load_rank(ctx, root: str, rows: int, total: int):
-    """Load rows [0, rows) of "w" (of ``total`` rows) on one rank: the box, or the error."""
+    """Load rows [0, rows) of "proj.weight" (of ``total`` rows) on one rank: the box, or the error."""
     C = ctx.load("checkpoint")
     box = torch.zeros(rows, 3, dtype=torch.float64, device=ctx.device)
-    error = _error(lambda: C.load_checkpoint({"w": C.Shard(box, (total, 3), (0, 0))}, root, 1))
+    error = _error(lambda: C.load_checkpoint({"proj.weight": C.Shard(box, (total, 3), (0, 0))}, root, 1))
     return error, box
 
 

@@ -16,6 +16,7 @@ import torch
 
 from cs336_systems.models import MLP
 from tests.harness import assert_close, run_ranks
+from tests.harness.bad_input import names_argument
 from tests.oracles.checkpoint import (
     CrashInjector,
     SimulatedCrash,
@@ -233,8 +234,8 @@ def holes_save_rank(ctx, root: str):
     """Rank r saves rows [3r, 3r + 2) of a (3N, 3) tensor: row 3r + 2 is nobody's."""
     C = ctx.load("checkpoint")
     g = torch.arange(9 * ctx.world_size, dtype=torch.float64).view(-1, 3)
-    C.save_checkpoint({"w": C.Shard(g[3 * ctx.rank : 3 * ctx.rank + 2].clone(), tuple(g.shape), (3 * ctx.rank, 0))},
-                      root, 1)  # fmt: skip
+    box = g[3 * ctx.rank : 3 * ctx.rank + 2].clone()
+    C.save_checkpoint({"proj.weight": C.Shard(box, tuple(g.shape), (3 * ctx.rank, 0))}, root, 1)
 
 
 @pytest.mark.task10_2
@@ -244,9 +245,11 @@ def test_a_box_with_a_hole_the_checkpoint_does_not_cover_is_a_key_error(world_si
     run_ranks(world_size, holes_save_rank, str(tmp_path))
     total = 3 * world_size
     error, _ = run_ranks(1, partial_load_rank, str(tmp_path), 3, total)[0]
-    assert error is not None and error.startswith("KeyError") and "'w'" in error, (
-        f"rows [0, 3) of 'w' (row 2 never saved): expected a KeyError naming 'w', got {error!r}"
+    assert error is not None and error.startswith("KeyError") and names_argument(error, "proj.weight"), (
+        f"rows [0, 3) of 'proj.weight' (row 2 never saved): expected a KeyError naming 'proj.weight', got {error!r}"
     )
     error, box = run_ranks(1, partial_load_rank, str(tmp_path), 2, total)[0]
-    assert error is None, f"rows [0, 2) of 'w' (saved by rank 0): {error}"
-    assert_close(box, torch.arange(6, dtype=torch.float64).view(2, 3), rtol=0, atol=0, what="rows [0, 2) of 'w'")
+    assert error is None, f"rows [0, 2) of 'proj.weight' (saved by rank 0): {error}"
+    assert_close(
+        box, torch.arange(6, dtype=torch.float64).view(2, 3), rtol=0, atol=0, what="rows [0, 2) of 'proj.weight'"
+    )
