@@ -27,8 +27,11 @@ per rank) and ``ScheduleZBVZeroBubble`` (2p chunks in a V), and our ZB-V and Dua
 ``ScheduleZBVZeroBubble`` and ``ScheduleDualPipeV`` (m >= 2p) on the same V, each ratio ours / torch
 with the 90% bootstrap interval of its paired steps (``--step-repeats``; the ratio swings between runs on
 a shared machine: trust the interval, not the digits). Under torchrun, p is the world size.
-Time with the defaults: about 7 min on the 2-core course VM (one measured run); the synthetic stages
-alone sleep about 3 min of it (steps x makespans of Part 1), so no machine is much faster.
+Time with the defaults: about 7 min on the idle 2-core course VM (one measured run), 998 s measured on the
+same VM shared with other jobs (load 12-17: the real steps and the bubble's barriers wait for a core); the
+synthetic stages alone sleep about 3 min of it (steps x makespans of Part 1), so no machine is much faster.
+It prints each configuration as it starts (a progress bar per p for the bubble, a line per memory and
+real-step setup) and the time so far after each table.
 Writes out/bench_pipeline_{bubble,memory,step}.csv, out/bench_pipeline_bubble.png and
 out/bench_pipeline_gantt_<schedule>.png.
 """
