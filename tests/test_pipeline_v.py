@@ -276,13 +276,14 @@ def comm_rank(ctx, schedule, m):
     return rec.events
 
 
-@pytest.mark.world_sizes(2, 4)
 @pytest.mark.parametrize("schedule", [pytest.param(s, marks=_mark(s)) for s in ("zb-v", "dualpipev")])
 def test_v_talks_only_to_the_ranks_beside_and_turns_in_memory(world_size, schedule):
     """In a V a rank sends each activation and grad once, to r ± 1 only: rank p - 1 turns in memory, not via rank 0.
 
     With microbatches of 3 x 8, rank r sends m activations per chunk whose next chunk is on another
     rank and m grads per chunk whose previous chunk is: 2m on ranks 0 and p - 1, 4m between."""
+    if world_size < 2:
+        pytest.skip("a V of 1 rank sends no message (it turns inside rank 0): world size 2 or more")
     p, m = world_size, 2 * world_size
     for r, events in enumerate(run_ranks(p, comm_rank, schedule, m)):
         log = f"rank {r}, {schedule}, m={m}:\n{format_events(events)}"
