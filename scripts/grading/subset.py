@@ -238,6 +238,8 @@ def keeps(rel: str, parts: frozenset[int]) -> bool:
     m = re.fullmatch(r"handouts/(\d\d)-[^/]+\.md", rel)
     if m:
         return int(m.group(1)) in parts
+    if rel == "handouts/CHANGES.md":  # the whole kit's history, every part's files: a kit is a first copy
+        return False
     if rel.startswith("handouts/figures/"):
         wanted = set()
         for handout in (ROOT / "handouts").glob("[0-9][0-9]-*.md"):
