@@ -21,10 +21,13 @@ import torch
 from cs336_systems.transformer import Transformer, TransformerConfig
 from tests.harness import run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
+from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
 from tests.oracles.transformer import (
+    COLUMN_SHARDED,
     DENSE,
     MESHES,
+    ROW_SHARDED,
     SEQ,
     batches,
     check_training,
@@ -163,6 +166,39 @@ def test_pipeline_sends_only_to_neighbouring_stages(world_size):
         want = {pp[s] for s in (stage - 1, stage + 1) if 0 <= s < len(pp)}
         assert sent == want, (
             f"rank {rank} (stage {stage}) on {name}: sent to stages' ranks {sorted(sent)}, expected {sorted(want)}"
+        )
+
+
+def memory_rank(ctx, shape, options):
+    """Bytes this rank's ParallelTransformer holds after one step (parameters, grads, AdamW state)."""
+    M, P = ctx.load("mesh"), ctx.load("parallelize")
+    mesh = M.ProcessMesh(full_shape(shape))
+    model = Transformer(DENSE, seed=0).double().to(ctx.device)
+    dense = {p.untyped_storage().data_ptr() for p in model.parameters()}  # the caller's model is not the rank's
+    pt = P.parallelize(model, mesh, **options, lr=1e-2)
+    x, y = batches(DENSE, steps=1)[0]
+    pt.train_step(x.to(ctx.device), y.to(ctx.device))
+    return storage_bytes(pt, dense)
+
+
+@pytest.mark.task11_2
+@pytest.mark.world_sizes(2)
+@pytest.mark.parametrize("name", ["tp2", "fsdp2"])
+def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
+    """After a step a rank holds 1/2 of the sharded weights' parameters, grads and AdamW moments (tp2: the TP
+    weights; fsdp2: every linear and embedding weight), the rest whole: within 10% of that, not the whole model."""
+    shape, cfg, options = mesh_case(name)
+    model = Transformer(cfg)
+    sharded = sum(
+        p.numel() for n, p in model.named_parameters()
+        if (name == "fsdp2" and p.dim() == 2) or n.endswith(ROW_SHARDED + COLUMN_SHARDED)
+    )  # fmt: skip
+    whole = sum(p.numel() for p in model.parameters())
+    want = 4 * 8 * (whole - sharded + sharded / 2)  # float64 parameter, grad, exp_avg, exp_avg_sq
+    for rank, got in enumerate(run_ranks(world_size, memory_rank, shape, options)):
+        assert got <= 1.1 * want, (
+            f"rank {rank} on {name}: holds {got} bytes of tensors after a step; its share of the parameters, grads "
+            f"and AdamW moments is {want:.0f} (the whole model's: {4 * 8 * whole}): are whole weights kept?"
         )
 
 

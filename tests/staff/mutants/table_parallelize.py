@@ -199,4 +199,12 @@ MUTANTS = [
             deadline=30,
         ),
     ),
+    Mutant(
+        "parallelize_fsdp_never_wraps",
+        "parallelize",
+        "data_parallel='fsdp' keeps every weight whole on every rank (and so never averages over dp)",
+        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]',
+        new="self.wrapped = chunks",
+        caught_by=P11("share and fsdp2", "its share of the parameters", world_sizes="2"),
+    ),
 ]
