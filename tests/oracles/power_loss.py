@@ -377,14 +377,22 @@ def broken_promises(state: CrashState, after: Disk, step_dir: str, marker: str =
     return problems
 
 
-def recorded_save_rank(ctx, root: str, scheme: str, step: int, seed: int):
-    """Save this rank's boxes of ``scheme`` while an ``FsRecorder`` logs every filesystem change; the log."""
+def recorded_save_rank(ctx, root: str, scheme: str, step: int, seed: int, background: bool = False):
+    """Save this rank's boxes of ``scheme`` while an ``FsRecorder`` logs every filesystem change (of every
+    thread: ``background`` saves through an ``AsyncCheckpointer``); the log."""
     from tests.oracles.checkpoint import rank_state
 
     C = ctx.load("checkpoint")
     state = rank_state(C, scheme, ctx.rank, ctx.world_size, seed=seed, device=ctx.device)
+    ckpt = C.AsyncCheckpointer(root) if background else None
     with FsRecorder(root, ctx.rank) as rec:
-        C.save_checkpoint(state, root, step)
+        if ckpt is None:
+            C.save_checkpoint(state, root, step)
+        else:
+            ckpt.save(state, step)
+            ckpt.wait()
+    if ckpt is not None:
+        ckpt.close()
     return rec.log
 
 
@@ -435,9 +443,10 @@ def judge_rank(ctx, folders: list[str], scheme: str, step: int, seeds: dict[int,
 
 
 def check_power_loss(world_size: int, tmp_path: Path, scheme: str, *, every: bool, leftover: bool = False,
-                     step: int = 2) -> int:  # fmt: skip
+                     step: int = 2, background: bool = False) -> int:  # fmt: skip
     """Save step 1 (seed 1), then (``leftover``: a committed step ``step`` of seed 3 left on disk, as by
-    an older run) record a save of step ``step`` (seed 2) on ``world_size`` ranks; replay a power loss
+    an older run) record a save of step ``step`` (seed 2; ``background``: an AsyncCheckpointer's) on
+    ``world_size`` ranks; replay a power loss
     after every operation (``every``) or after each rename and at the end, and judge every state: the
     promises of ``broken_promises``, and ``latest_checkpoint`` returns a step committed before the save
     or this one, which verifies and loads exactly the values of one save of that step. Returns the
@@ -452,7 +461,7 @@ def check_power_loss(world_size: int, tmp_path: Path, scheme: str, *, every: boo
         run_ranks(world_size, save_rank, str(root), scheme, step, 3)
         seeds[step] = [2, 3]
     before = snapshot(root)
-    log = merge(run_ranks(world_size, recorded_save_rank, str(root), scheme, step, 2))
+    log = merge(run_ranks(world_size, recorded_save_rank, str(root), scheme, step, 2, background))
     after = finished(before, log, root)
     step_dir = f"step_{step:08d}"
     assert any(op[2] == "rename" for op in log), (

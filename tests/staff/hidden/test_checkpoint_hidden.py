@@ -253,3 +253,10 @@ def test_a_box_with_a_hole_the_checkpoint_does_not_cover_is_a_key_error(world_si
     assert_close(
         box, torch.arange(6, dtype=torch.float64).view(2, 3), rtol=0, atol=0, what="rows [0, 2) of 'proj.weight'"
     )
+
+
+@pytest.mark.task10_4
+def test_a_power_loss_during_an_async_save_leaves_a_committed_checkpoint(world_size, tmp_path):
+    """An AsyncCheckpointer's background save, a power loss after every operation: the same promises as a
+    synchronous save (the thread writes through save_checkpoint's protocol)."""
+    check_power_loss(world_size, tmp_path, "fsdp", every=True, background=True)
