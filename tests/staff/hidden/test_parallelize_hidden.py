@@ -3,7 +3,7 @@
     pytest tests/staff/hidden/test_parallelize_hidden.py --impl reference
 
 Each case trains a model the public tests do not (one key/value head per tp rank, a contiguous CP
-layout, a ring of 4, four stages, top-1 experts beside TP, interleaving beside TP) for three AdamW
+layout, a ring of 4, four stages, top-1 experts beside TP, CP or FSDP, interleaving beside TP) for three AdamW
 steps on a batch of another shape and seed, and compares every rank's loss and parameters with one
 process. Explicit world sizes (2 and 4); on NCCL a size larger than the visible GPUs is skipped.
 """
@@ -41,6 +41,8 @@ CASES = {
     "dp2xpp2-gpipe-zero1": ({"dp": 2, "pp": 2}, _DEEP, {"num_microbatches": 2, "schedule": "gpipe",
                                                        "data_parallel": "zero1"}, 8, 6, 11),
     "dp2xcp2-fsdp": ({"dp": 2, "cp": 2}, _GQA1, {"data_parallel": "fsdp"}, 4, 8, 12),
+    "ep2xcp2-moe": ({"ep": 2, "cp": 2}, _MOE1, {}, 4, 8, 13),
+    "dp2xep2-fsdp-moe": ({"dp": 2, "ep": 2}, _MOE1, {"data_parallel": "fsdp"}, 8, 8, 14),
 }  # fmt: skip
 
 
@@ -52,7 +54,7 @@ def _params(task: str, ids: list[str]) -> list:
     "case",
     _params("task11_1", ["tp2-one-kv-head-per-rank", "cp2-contiguous", "cp4-zigzag", "ep2xtp2-top1"])
     + _params("task11_2", ["pp4-1f1b-four-microbatches", "pp2xtp2-interleaved"])
-    + _params("task11_3", ["dp2xpp2-gpipe-zero1", "dp2xcp2-fsdp"]),
+    + _params("task11_3", ["dp2xpp2-gpipe-zero1", "dp2xcp2-fsdp", "ep2xcp2-moe", "dp2xep2-fsdp-moe"]),
 )
 def test_other_models_and_meshes_train_like_one_process(case):
     """Three steps on other models, batches and meshes: every loss and parameter equal to one process."""
