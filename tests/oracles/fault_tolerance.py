@@ -152,7 +152,7 @@ def policy_rank(ctx, world_size: int, script: dict, spares: int, max_restarts: i
         out: dict = {"raised": None, "attempts": None}
         try:
             history = ft.supervise(scripted_job, cfg, world_size=world_size, spares=spares,
-                                   max_restarts=max_restarts, deadline=20.0, grace=2.0)  # fmt: skip
+                                   max_restarts=max_restarts, deadline=20.0, grace=5.0)  # fmt: skip
             out["attempts"] = [(a.world_size, a.start_step) for a in history.attempts]
         except Exception as exc:  # noqa: BLE001 - what supervise raised is the result
             out["raised"] = f"{type(exc).__name__}: {exc}"
