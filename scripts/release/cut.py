@@ -36,6 +36,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from scripts.grading import subset
@@ -244,8 +245,9 @@ def run_release_scripts(python: Path, out: Path) -> list[str]:
         if 'if __name__ == "__main__"' in p.read_text()
     )
     print(f"release: --help of {len(modules)} scripts, the memory planner, the submission zip")
-    for module in modules:
-        run(["-m", module, "--help"], f"python -m {module} --help")
+    # Each --help is a fresh interpreter importing torch (~2 s of start-up): two at a time halve the wall time.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda module: run(["-m", module, "--help"], f"python -m {module} --help"), modules))
     run(["-m", "scripts.tools.memory", "--params", "7.5e9", "--gpus", "64", "--gpu-memory", "32"],
         "python -m scripts.tools.memory (the README's example)", ok_if_unimplemented=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
