@@ -342,12 +342,14 @@ class ParallelTransformer:
         This rank keeps its rows and tokens (see the module docstring) and runs the pipeline with
         ``num_microbatches`` and ``schedule``. Then the gradients: the parameters that run on this
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
-        are summed over tp (one all-reduce, Megatron's sequence-parallel rule); every other parameter's
-        is averaged over the data axes: dp (``ddp.all_reduce_gradients_flat``; FSDP and ZeRO do their
-        own), ep and cp (each ``ddp.all_reduce_gradients_flat`` over its group); an expert-parallel
-        MoE's instead by ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp, experts
-        over dp), then over cp. Then the optimizer steps. The loss is summed over tp and averaged over
-        cp, ep and dp on the last stage (scalar all-reduces). Nothing else communicates.
+        are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
+        averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
+        not dp under FSDP, which averaged during backward), except an expert-parallel MoE's:
+        ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp, experts over dp; its dp
+        group None under FSDP), then ``ddp.all_reduce_gradients_flat`` over cp. A parameter whose
+        ``.grad`` is None (an expert no token reached) counts as zeros. Then the optimizer steps. The
+        loss is summed over tp and averaged over cp, ep and dp on the last stage (scalar all-reduces).
+        Nothing else communicates.
 
         ``ValueError`` naming ``inputs`` (or ``targets``) for a shape other than (B, S) of equal
         shapes, B not divisible by dp·ep·num_microbatches, S not divisible by cp·tp (and, with zigzag,
