@@ -207,4 +207,15 @@ MUTANTS = [
         new="self.wrapped = chunks",
         caught_by=P11("share and fsdp2", "its share of the parameters", world_sizes="2"),
     ),
+    Mutant(
+        "parallelize_data_axes_sum_not_mean",
+        "parallelize",
+        "gradients summed over dp, ep and cp, not averaged: a constant factor AdamW nearly ignores (eps does not)",
+        old="ddp.all_reduce_gradients_flat(dense, group=self.mesh.group(axis))",
+        new=(
+            "ddp.all_reduce_gradients_flat(dense, group=self.mesh.group(axis)); "
+            "[p.grad.mul_(self.mesh.size(axis)) for p in dense.parameters()]"
+        ),
+        caught_by=P11(COMPOSED, WRONG, world_sizes="2"),
+    ),
 ]
