@@ -42,6 +42,7 @@ CASES = {
                                                        "data_parallel": "zero1"}, 8, 6, 11),
     "dp2xcp2-fsdp": ({"dp": 2, "cp": 2}, _GQA1, {"data_parallel": "fsdp"}, 4, 8, 12),
     "ep2xcp2-moe": ({"ep": 2, "cp": 2}, _MOE1, {}, 4, 8, 13),
+    "tp2-moe-without-ep": ({"tp": 2}, _MOE1, {}, 4, 8, 15),
     "dp2xep2-fsdp-moe": ({"dp": 2, "ep": 2}, _MOE1, {"data_parallel": "fsdp"}, 8, 8, 14),
 }  # fmt: skip
 
@@ -52,7 +53,9 @@ def _params(task: str, ids: list[str]) -> list:
 
 @pytest.mark.parametrize(
     "case",
-    _params("task11_1", ["tp2-one-kv-head-per-rank", "cp2-contiguous", "cp4-zigzag", "ep2xtp2-top1"])
+    _params(
+        "task11_1", ["tp2-one-kv-head-per-rank", "cp2-contiguous", "cp4-zigzag", "ep2xtp2-top1", "tp2-moe-without-ep"]
+    )
     + _params("task11_2", ["pp4-1f1b-four-microbatches", "pp2xtp2-interleaved"])
     + _params("task11_3", ["dp2xpp2-gpipe-zero1", "dp2xcp2-fsdp", "ep2xcp2-moe", "dp2xep2-fsdp-moe"]),
 )
