@@ -249,7 +249,8 @@ def _read_plan(plan: list, folder: Path, reads: list | None) -> None:
             for r0, r1 in ranges:
                 start = box["start"] + r0 * CHECKSUM_BLOCK_BYTES
                 stop = box["start"] + min(r1 * CHECKSUM_BLOCK_BYTES, box["nbytes"])
-                buffer = torch.empty(stop - start, dtype=torch.uint8).numpy()  # not zero-filled: all read over
+                # host staging for the file reads, not zero-filled: every byte is read over
+                buffer = torch.empty(stop - start, dtype=torch.uint8, device="cpu").numpy()
                 for at in range(0, stop - start, _PIECE_BYTES):
                     yield buffer, at, name, start + at, min(start + at + _PIECE_BYTES, stop)
 

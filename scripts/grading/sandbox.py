@@ -6,12 +6,13 @@
 
 The sandbox holds the tests that reach the grading machine (staff.py says which; the public run's
 sandbox has no hidden test: ``StaffFiles.without``, and the hidden tests run afterwards in their own),
-the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_systems`` (``__init__``,
-``models``, ``utils``: always the staff copies) and the student's part modules (or the staff stub
-for a module the submission lacks). In a kit of some parts, the modules of its given parts are the staff's
-copies too (``keep_graded``): only the modules its rubric grades come from the submission. It never holds
-``reference_solutions``: a placeholder package of that name raises ImportError, so that a submission importing
-the reference fails loudly instead of finding an installed copy.
+the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_systems``
+(``GIVEN_MODULES``: ``__init__``, ``models``, ``utils``, ``launcher``, ``transformer``: always the staff
+copies) and the student's part modules (or the staff stub for a module the submission lacks). In a kit of
+some parts, the modules of its given parts are the staff's copies too (``keep_graded``): only the modules its
+rubric grades come from the submission. It never holds ``reference_solutions``: a placeholder package of that
+name raises ImportError, so that a submission importing the reference fails loudly instead of finding an
+installed copy.
 
 Submissions are read, never extracted: no path from a zip ever reaches the file system, symlinks
 are refused, and sizes are capped (a zip bomb stops at the cap).
