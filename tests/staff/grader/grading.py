@@ -7,11 +7,13 @@ reaches, and each attack's effect is asserted from that one grade's entry for it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +261,38 @@ def hostile_source(bundle: str) -> str:
         + "    return _reference_all_reduce(tensor, op, group, algorithm=algorithm)\n"
     )  # fmt: skip
     return "".join(code)
+
+
+@contextlib.contextmanager
+def second_grade_running(folder: Path):
+    """A grade of the reference's part 1 (world sizes 2 and 4) running beside the block, restarted (by a
+    thread) whenever it ends, so both cores stay busy the whole time."""
+    sub = folder / "submission" / "cs336_systems"
+    sub.mkdir(parents=True)
+    (sub / "collectives.py").write_text(REFERENCE)
+    cmd = [sys.executable, "-m", "scripts.grading", str(sub.parent), "--out", str(folder / "results.json"),
+           "--parts", "collectives", "--world-sizes", "2,4"]  # fmt: skip
+    env = grader_env()
+    stop = threading.Event()
+    box: dict[str, subprocess.Popen] = {}
+
+    def keep_busy() -> None:
+        while not stop.is_set():
+            box["proc"] = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)  # fmt: skip
+            while box["proc"].poll() is None and not stop.wait(0.5):
+                pass
+
+    thread = threading.Thread(target=keep_busy, daemon=True)
+    thread.start()
+    time.sleep(5)  # let it get past importing torch
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        box["proc"].terminate()
+        box["proc"].wait(timeout=60)
 
 
 def grade_bundle(folder: Path, bundle: str, wait: float = 300) -> Graded:

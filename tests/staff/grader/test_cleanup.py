@@ -96,52 +96,38 @@ def _assert_none_survive(tree: set[int], within: float, what: str) -> None:
     assert not survivors, f"{len(survivors)} of {len(tree)} processes outlived {what}: {_describe(survivors)}"
 
 
-KEEP_ALIVE = "import subprocess, sys, time\nsubprocess.Popen(sys.argv[1:])\ntime.sleep(3600)\n"
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(tmp_path, sig):
+    """After SIGTERM or SIGINT to a grade whose ranks spin forever, no process the grader started survives."""
+    grader = subprocess.Popen(_grade_cmd(tmp_path), cwd=REPO, env=grader_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        tree = _started_tree(grader.pid, 3)  # pytest and at least two rank workers
+        grader.send_signal(sig)
+        grader.wait(timeout=60)
+        _assert_none_survive(tree, 1, f"the grader after {sig.name}")
+    finally:
+        if grader.poll() is None:
+            grader.kill()
 
 
-@pytest.fixture(scope="module")
-def started(tmp_path_factory):
-    """The three grades of this file, started at once so their startups overlap: for SIGTERM and SIGINT the
-    grader itself, and a grader started by a parent process (the shell or batch system) that the last test
-    kills. Whatever a failing test leaves is killed at the end."""
-    env = grader_env()
-    procs = {}
-    for name in ("SIGTERM", "SIGINT"):
-        procs[name] = subprocess.Popen(_grade_cmd(tmp_path_factory.mktemp(name)), cwd=REPO, env=env,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    command = [sys.executable, "-c", KEEP_ALIVE, *_grade_cmd(tmp_path_factory.mktemp("parent"))]
-    procs["parent"] = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)  # fmt: skip
-    trees: dict[str, set[int]] = {}
-    yield procs, trees
-    for name, proc in procs.items():
-        for pid in _survivors(trees.get(name, set()) | _tree(proc.pid), 0):
+def test_the_death_of_the_graders_parent_ends_every_process_it_started(tmp_path):
+    """The shell or batch system that started a grade is killed (SIGKILL: it cannot pass anything on): the
+    grader, its pytest and every rank worker end too, within a minute."""
+    keep_alive = "import subprocess, sys, time\nsubprocess.Popen(sys.argv[1:])\ntime.sleep(3600)\n"
+    parent = subprocess.Popen([sys.executable, "-c", keep_alive, *_grade_cmd(tmp_path)], cwd=REPO, env=grader_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    tree: set[int] = set()
+    try:
+        tree = _started_tree(parent.pid, 4)  # the grader, pytest and at least two rank workers
+        parent.kill()
+        parent.wait(timeout=10)
+        _assert_none_survive(tree, 60, "the grader's parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in _survivors(tree, 0):  # what a failing run left behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_to_the_grader_ends_pytest_and_every_rank_worker(started, sig):
-    """After SIGTERM or SIGINT to a grade whose ranks spin forever, no process the grader started survives."""
-    procs, trees = started
-    grader = procs[sig.name]
-    tree = trees[sig.name] = _started_tree(grader.pid, 3)  # pytest and at least two rank workers
-    grader.send_signal(sig)
-    grader.wait(timeout=60)
-    _assert_none_survive(tree, 1, f"the grader after {sig.name}")
-
-
-def test_the_death_of_the_graders_parent_ends_every_process_it_started(started):
-    """The shell or batch system that started a grade is killed (SIGKILL: it cannot pass anything on): the
-    grader, its pytest and every rank worker end too, within a minute."""
-    procs, trees = started
-    parent = procs["parent"]
-    tree = trees["parent"] = _started_tree(parent.pid, 4)  # the grader, pytest and at least two rank workers
-    parent.kill()
-    parent.wait(timeout=10)
-    _assert_none_survive(tree, 60, "the grader's parent")
