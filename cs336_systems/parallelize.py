@@ -12,6 +12,7 @@ whole batch. Every axis is one of your parts on that axis's group:
     cp   Part 9  ring attention over the zigzag layout; each token rotated by its *global* position
     pp   Part 5  stages of whole blocks (embedding on the first, head and loss on the last), 1F1B or interleaved
     dp   Parts 2, 3  data parallel: gradients averaged (flat all-reduce), ZeRO-1, or FSDP over dp
+    fsdp Part 7  with an "fsdp" axis, HSDP: FSDP within "fsdp", replicated (averaged) across "dp"
     ep   Part 8  MoE experts split over ep, tokens by all-to-all; ep is data-parallel for everything else
 
 Rank layout: the mesh's (row-major, last axis fastest). The whole batch (B, S) is given to every rank;
@@ -37,12 +38,12 @@ from torch import nn
 from cs336_systems.transformer import Attention, Block, SwiGLU, Transformer
 
 from . import context_parallel, ddp, expert_parallel, fsdp, pipeline, sharded_optimizer, tensor_parallel  # noqa: F401
-from .mesh import ProcessMesh
+from .mesh import HSDP, ProcessMesh  # noqa: F401 (HSDP: for data_parallel="hsdp")
 
 __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTransformer", "parallelize"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-DATA_PARALLEL = ("ddp", "zero1", "fsdp")
+DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +130,8 @@ class ParallelBlock(nn.Module):
 class ParallelTransformer:
     """This rank's piece of ``model`` (a ``transformer.Transformer``) on ``mesh``, and its optimizer.
 
-    ``mesh`` must have the axes "dp", "pp", "cp" and "tp" (sizes may be 1) and may have "ep". Built on
+    ``mesh`` must have the axes "dp", "pp", "cp" and "tp" (sizes may be 1) and may have "ep", and "fsdp"
+    for ``data_parallel="hsdp"`` (then rank (dp=d, fsdp=f) is data replica d·fsdp + f). Built on
     every rank from the same dense model (same seed); ``model`` itself is never changed. Construction:
 
       1. every block becomes a ``ParallelBlock`` (groups: ``mesh.group("tp")``, ``mesh.group("cp")``,
@@ -143,20 +145,22 @@ class ParallelTransformer:
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
       3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
-         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``); ``.optimizer`` is ``optimizer_cls`` (default
+         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``) or ``"hsdp"`` (each chunk wrapped in
+         ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
     ``local_state_dict()`` returns ``{dense name: tensor}`` for every parameter of this rank's chunks:
     TP weights are this rank's shard as ``ParallelAttention``/``ParallelSwiGLU`` say, expert i of an
     expert-parallel MoE is named after global expert ``ep_rank·E/ep + i``, FSDP shards are gathered
-    (it communicates over dp then; every rank must call it), anything else whole.
+    (it communicates over dp, or fsdp, then; every rank must call it), anything else whole.
 
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
     ``ProcessMesh``, and ``ValueError`` (naming the argument) for a mesh without one of the four axes
     or with other axes, tp not dividing ``n_heads``, ``n_kv_heads`` or ``d_ff``, P·V not dividing
     ``n_layers``, ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
-    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel``, or
-    ``num_microbatches`` < 1: on every rank, before any communication.
+    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel`` (or "hsdp" without
+    an "fsdp" axis, or an "fsdp" axis without "hsdp"), or ``num_microbatches`` < 1: on every rank, before
+    any communication.
     """
 
     def __init__(self, model: Transformer, mesh: ProcessMesh, *, num_microbatches: int = 1,
@@ -180,11 +184,12 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP, which averaged during backward), except an expert-parallel MoE's:
-        ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp, experts over dp; its dp
-        group None under FSDP), then ``ddp.all_reduce_gradients_flat`` over cp. A parameter whose
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward), except an
+        expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
+        experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
+        over cp. A parameter whose
         ``.grad`` is None (an expert no token reached) counts as zeros. Then the optimizer steps. The
-        loss is summed over tp and averaged over cp, ep and dp on the last stage (scalar all-reduces).
+        loss is summed over tp and averaged over cp, ep, fsdp and dp on the last stage (scalar all-reduces).
         Nothing else communicates.
 
         ``ValueError`` naming ``inputs`` (or ``targets``) for a shape other than (B, S) of equal

@@ -12,6 +12,7 @@ whole batch. Every axis is one of your parts on that axis's group:
     cp   Part 9  ring attention over the zigzag layout; each token rotated by its *global* position
     pp   Part 5  stages of whole blocks (embedding on the first, head and loss on the last), 1F1B or interleaved
     dp   Parts 2, 3  data parallel: gradients averaged (flat all-reduce), ZeRO-1, or FSDP over dp
+    fsdp Part 7  with an "fsdp" axis, HSDP: FSDP within "fsdp", replicated (averaged) across "dp"
     ep   Part 8  MoE experts split over ep, tokens by all-to-all; ep is data-parallel for everything else
 
 Rank layout: the mesh's (row-major, last axis fastest). The whole batch (B, S) is given to every rank;
@@ -42,12 +43,12 @@ from cs336_systems.models import MoE
 from cs336_systems.transformer import Attention, Block, LMHead, RMSNorm, SwiGLU, Transformer, apply_rotary, lm_loss
 
 from . import context_parallel, ddp, expert_parallel, fsdp, pipeline, sharded_optimizer, tensor_parallel  # noqa: F401
-from .mesh import ProcessMesh
+from .mesh import HSDP, ProcessMesh  # noqa: F401 (HSDP: for data_parallel="hsdp")
 
 __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTransformer", "parallelize"]
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-DATA_PARALLEL = ("ddp", "zero1", "fsdp")
+DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
 
 
 # BEGIN SOLUTION
@@ -229,7 +230,8 @@ def _copy(module: nn.Module) -> nn.Module:
 class ParallelTransformer:
     """This rank's piece of ``model`` (a ``transformer.Transformer``) on ``mesh``, and its optimizer.
 
-    ``mesh`` must have the axes "dp", "pp", "cp" and "tp" (sizes may be 1) and may have "ep". Built on
+    ``mesh`` must have the axes "dp", "pp", "cp" and "tp" (sizes may be 1) and may have "ep", and "fsdp"
+    for ``data_parallel="hsdp"`` (then rank (dp=d, fsdp=f) is data replica d·fsdp + f). Built on
     every rank from the same dense model (same seed); ``model`` itself is never changed. Construction:
 
       1. every block becomes a ``ParallelBlock`` (groups: ``mesh.group("tp")``, ``mesh.group("cp")``,
@@ -243,20 +245,22 @@ class ParallelTransformer:
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
       3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
-         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``); ``.optimizer`` is ``optimizer_cls`` (default
+         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``) or ``"hsdp"`` (each chunk wrapped in
+         ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
     ``local_state_dict()`` returns ``{dense name: tensor}`` for every parameter of this rank's chunks:
     TP weights are this rank's shard as ``ParallelAttention``/``ParallelSwiGLU`` say, expert i of an
     expert-parallel MoE is named after global expert ``ep_rank·E/ep + i``, FSDP shards are gathered
-    (it communicates over dp then; every rank must call it), anything else whole.
+    (it communicates over dp, or fsdp, then; every rank must call it), anything else whole.
 
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
     ``ProcessMesh``, and ``ValueError`` (naming the argument) for a mesh without one of the four axes
     or with other axes, tp not dividing ``n_heads``, ``n_kv_heads`` or ``d_ff``, P·V not dividing
     ``n_layers``, ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
-    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel``, or
-    ``num_microbatches`` < 1: on every rank, before any communication.
+    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel`` (or "hsdp" without
+    an "fsdp" axis, or an "fsdp" axis without "hsdp"), or ``num_microbatches`` < 1: on every rank, before
+    any communication.
     """
 
     def __init__(self, model: Transformer, mesh: ProcessMesh, *, num_microbatches: int = 1,
@@ -266,7 +270,7 @@ class ParallelTransformer:
         cfg = _check_model_and_mesh(model, mesh)
         self.mesh, self.cfg = mesh, cfg
         self.tp, self.cp, self.pp, self.dp = (mesh.size(a) for a in ("tp", "cp", "pp", "dp"))
-        self.ep = _size(mesh, "ep")
+        self.ep, self.fsdp = _size(mesh, "ep"), _size(mesh, "fsdp")
         _check_config(cfg, self, num_microbatches, schedule, num_chunks, data_parallel)
         self.num_microbatches, self.schedule, self.data_parallel = num_microbatches, schedule, data_parallel
         self.zigzag = bool(zigzag) and self.cp > 1
@@ -299,6 +303,8 @@ class ParallelTransformer:
         # 3. Data parallelism over dp.
         if data_parallel == "fsdp":
             self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]
+        elif data_parallel == "hsdp":
+            self.wrapped = [HSDP(c, mesh, "fsdp", "dp") for c in chunks]
         else:
             self.wrapped = chunks
         self._tp_summed = _tp_summed(chunks)  # after FSDP: its shards are the parameters now
@@ -320,7 +326,7 @@ class ParallelTransformer:
         # BEGIN SOLUTION: Task 11.2 (pieces and stages)
         out = {}
         for chunk, wrapped in zip(self.chunks, self.wrapped):
-            if self.data_parallel == "fsdp":
+            if self.data_parallel in ("fsdp", "hsdp"):
                 state = wrapped.gather_full_params()
                 named = [(n, state[n]) for n, _ in chunk.named_parameters()]
             else:
@@ -344,11 +350,12 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP, which averaged during backward), except an expert-parallel MoE's:
-        ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp, experts over dp; its dp
-        group None under FSDP), then ``ddp.all_reduce_gradients_flat`` over cp. A parameter whose
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward), except an
+        expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
+        experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
+        over cp. A parameter whose
         ``.grad`` is None (an expert no token reached) counts as zeros. Then the optimizer steps. The
-        loss is summed over tp and averaged over cp, ep and dp on the last stage (scalar all-reduces).
+        loss is summed over tp and averaged over cp, ep, fsdp and dp on the last stage (scalar all-reduces).
         Nothing else communicates.
 
         ``ValueError`` naming ``inputs`` (or ``targets``) for a shape other than (B, S) of equal
@@ -374,15 +381,16 @@ class ParallelTransformer:
         if inputs.shape != targets.shape:
             raise ValueError(f"inputs {tuple(inputs.shape)} and targets {tuple(targets.shape)} must have one shape")
         B, S = inputs.shape
-        replicas = self.dp * self.ep
+        replicas = self.dp * self.fsdp * self.ep
         if B % (replicas * self.num_microbatches):
-            raise ValueError(f"inputs batch ({B}) must be divisible by dp·ep·num_microbatches "
-                             f"({self.dp}·{self.ep}·{self.num_microbatches})")  # fmt: skip
+            raise ValueError(f"inputs batch ({B}) must be divisible by dp·fsdp·ep·num_microbatches "
+                             f"({self.dp}·{self.fsdp}·{self.ep}·{self.num_microbatches})")  # fmt: skip
         pieces = self.cp * self.tp
         if S % pieces or (self.zigzag and S % (2 * self.cp)):
             raise ValueError(f"inputs sequence ({S}) must be divisible by cp·tp ({pieces})"
                              + (f" and by 2·cp ({2 * self.cp}) for zigzag" if self.zigzag else ""))  # fmt: skip
-        replica = self.mesh.rank("dp") * self.ep + (self.mesh.rank("ep") if self.ep > 1 else 0)
+        dp_rank = self.mesh.rank("dp") * self.fsdp + (self.mesh.rank("fsdp") if self.fsdp > 1 else 0)
+        replica = dp_rank * self.ep + (self.mesh.rank("ep") if self.ep > 1 else 0)
         rows = slice(replica * B // replicas, (replica + 1) * B // replicas)
         out = []
         for t in (inputs, targets):
@@ -404,13 +412,13 @@ class ParallelTransformer:
                 p.grad.copy_(g.view_as(p))
         moe_ids = {id(p) for m in self._moes for p in m.parameters()}
         dense = _Params([p for p in params if id(p) not in moe_ids])
-        axes = ["ep", "cp"] + (["dp"] if self.data_parallel != "fsdp" else [])
+        sharded = self.data_parallel in ("fsdp", "hsdp")  # they averaged over dp (and fsdp) in backward
+        axes = ["ep", "cp"] + (["dp"] if not sharded else [])
         for axis in axes:
             if _size(self.mesh, axis) > 1:
                 ddp.all_reduce_gradients_flat(dense, group=self.mesh.group(axis))
         for moe in self._moes:
-            fsdp_done = self.data_parallel == "fsdp" or self.dp == 1
-            expert_parallel.all_reduce_moe_gradients(moe, None if fsdp_done else self.mesh.group("dp"))
+            expert_parallel.all_reduce_moe_gradients(moe, None if sharded or self.dp == 1 else self.mesh.group("dp"))
             if self.cp > 1:
                 ddp.all_reduce_gradients_flat(moe, group=self.mesh.group("cp"))
 
@@ -418,7 +426,7 @@ class ParallelTransformer:
         t = torch.tensor([loss], dtype=torch.float64, device=device)
         if self.tp > 1:
             dist.all_reduce(t, group=self.mesh.group("tp"))  # each tp rank holds loss/tp of its tokens
-        for axis in ("cp", "ep", "dp"):
+        for axis in ("cp", "ep", "fsdp", "dp"):
             if _size(self.mesh, axis) > 1:
                 dist.all_reduce(t, group=self.mesh.group(axis))
                 t /= self.mesh.size(axis)
@@ -458,9 +466,9 @@ def _check_model_and_mesh(model, mesh):
         raise TypeError(f"model must be a transformer.Transformer, got {type(model).__name__}")
     if not isinstance(mesh, ProcessMesh):
         raise TypeError(f"mesh must be a ProcessMesh, got {type(mesh).__name__}")
-    if not {"dp", "pp", "cp", "tp"} <= set(mesh.axes) <= {"dp", "pp", "cp", "tp", "ep"}:
-        raise ValueError(f"mesh must have axes 'dp', 'pp', 'cp', 'tp' (sizes may be 1) and may have 'ep', "
-                         f"got {mesh.axes}")  # fmt: skip
+    if not {"dp", "pp", "cp", "tp"} <= set(mesh.axes) <= {"dp", "pp", "cp", "tp", "ep", "fsdp"}:
+        raise ValueError(f"mesh must have axes 'dp', 'pp', 'cp', 'tp' (sizes may be 1) and may have 'ep' and "
+                         f"'fsdp', got {mesh.axes}")  # fmt: skip
     return model.cfg
 
 
@@ -481,6 +489,9 @@ def _check_config(cfg, pt: ParallelTransformer, num_microbatches, schedule, num_
         raise ValueError(f"num_chunks ({num_chunks}) > 1 needs schedule 'interleaved' and pp >= 2")
     if data_parallel not in DATA_PARALLEL:
         raise ValueError(f"data_parallel must be one of {DATA_PARALLEL}, got {data_parallel!r}")
+    if (data_parallel == "hsdp") != ("fsdp" in pt.mesh.shape):
+        raise ValueError(f"data_parallel 'hsdp' and a mesh axis 'fsdp' go together: data_parallel is "
+                         f"{data_parallel!r}, the mesh's axes {pt.mesh.axes}")  # fmt: skip
     if isinstance(num_microbatches, bool) or not isinstance(num_microbatches, int) or num_microbatches < 1:
         raise ValueError(f"num_microbatches must be an int >= 1, got {num_microbatches!r}")
 

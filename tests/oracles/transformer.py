@@ -63,11 +63,9 @@ def mesh_size(shape: dict[str, int]) -> int:
 
 
 def full_shape(shape: dict[str, int]) -> dict[str, int]:
-    """The mesh with every axis parallelize needs, outermost first (dp, pp, ep, cp, tp)."""
-    out = {axis: shape.get(axis, 1) for axis in ("dp", "pp", "cp", "tp")}
-    if "ep" in shape:
-        out = {"dp": out["dp"], "pp": out["pp"], "ep": shape["ep"], "cp": out["cp"], "tp": out["tp"]}
-    return out
+    """The mesh with every axis parallelize needs, outermost first (dp, [fsdp], pp, [ep], cp, tp)."""
+    order = ("dp", "fsdp", "pp", "ep", "cp", "tp")
+    return {axis: shape.get(axis, 1) for axis in order if axis in shape or axis in ("dp", "pp", "cp", "tp")}
 
 
 def batches(cfg: TransformerConfig, steps: int = STEPS, batch: int = BATCH, seq: int = SEQ, seed: int = 0):

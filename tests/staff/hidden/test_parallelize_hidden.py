@@ -43,6 +43,8 @@ CASES = {
     "dp2xcp2-fsdp": ({"dp": 2, "cp": 2}, _GQA1, {"data_parallel": "fsdp"}, 4, 8, 12),
     "ep2xcp2-moe": ({"ep": 2, "cp": 2}, _MOE1, {}, 4, 8, 13),
     "tp2-moe-without-ep": ({"tp": 2}, _MOE1, {}, 4, 8, 15),
+    "dp2xfsdp2-hsdp": ({"dp": 2, "fsdp": 2}, _GQA1, {"data_parallel": "hsdp"}, 8, 8, 16),
+    "fsdp2xep2-hsdp-moe": ({"fsdp": 2, "ep": 2}, _MOE1, {"data_parallel": "hsdp"}, 8, 8, 17),
     "dp2xep2-fsdp-moe": ({"dp": 2, "ep": 2}, _MOE1, {"data_parallel": "fsdp"}, 8, 8, 14),
 }  # fmt: skip
 
@@ -57,7 +59,17 @@ def _params(task: str, ids: list[str]) -> list:
         "task11_1", ["tp2-one-kv-head-per-rank", "cp2-contiguous", "cp4-zigzag", "ep2xtp2-top1", "tp2-moe-without-ep"]
     )
     + _params("task11_2", ["pp4-1f1b-four-microbatches", "pp2xtp2-interleaved"])
-    + _params("task11_3", ["dp2xpp2-gpipe-zero1", "dp2xcp2-fsdp", "ep2xcp2-moe", "dp2xep2-fsdp-moe"]),
+    + _params(
+        "task11_3",
+        [
+            "dp2xpp2-gpipe-zero1",
+            "dp2xcp2-fsdp",
+            "ep2xcp2-moe",
+            "dp2xep2-fsdp-moe",
+            "dp2xfsdp2-hsdp",
+            "fsdp2xep2-hsdp-moe",
+        ],
+    ),
 )
 def test_other_models_and_meshes_train_like_one_process(case):
     """Three steps on other models, batches and meshes: every loss and parameter equal to one process."""
