@@ -10,7 +10,7 @@ progress of both, plots the two loss curves (out/train_<mesh>.png: they coincide
 rounding in a different order, which Adam amplifies over hundreds of steps into a visible drift of the
 per-batch losses; ``--dtype float64`` keeps them within ~1e-8) and samples text from the trained
 parallel model (its pieces gathered back into the dense layout). Axes missing from ``--mesh`` have size 1;
-the mesh is laid out dp, pp, ep, cp, tp.
+the mesh is laid out dp, fsdp, pp, ep, cp, tp (an fsdp axis means HSDP: FSDP within it, replicas across dp).
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ from cs336_systems.transformer import (
 )
 from scripts.bench.common import add_common_args, launch, load_impl, save_plot
 
-AXES = ("dp", "pp", "ep", "cp", "tp")
+AXES = ("dp", "fsdp", "pp", "ep", "cp", "tp")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 ROW_SHARDED = ("attn.wq.weight", "attn.wk.weight", "attn.wv.weight", "ffn.w_gate.weight", "ffn.w_up.weight")
 COLUMN_SHARDED = ("attn.wo.weight", "ffn.w_down.weight")
 
 
 def parse_mesh(text: str) -> dict[str, int]:
-    """``"dp2,tp2,pp2"`` -> ``{"dp": 2, "pp": 2, "cp": 1, "tp": 2}`` (ep only when named), in AXES order."""
+    """``"dp2,tp2,pp2"`` -> ``{"dp": 2, "pp": 2, "cp": 1, "tp": 2}`` (ep, fsdp only when named), in AXES order."""
     sizes = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
-        axis, size = item[:2], item[2:]
+        axis, size = item.rstrip("0123456789"), item[len(item.rstrip("0123456789")) :]
         if axis not in AXES or not size.isdigit() or int(size) < 1:
             raise SystemExit(f"--mesh: items are <axis><size> with axis in {AXES}, e.g. dp2,tp2; got {item!r}")
         sizes[axis] = int(size)
-    return {a: sizes.get(a, 1) for a in AXES if a != "ep" or a in sizes}
+    return {a: sizes.get(a, 1) for a in AXES if a not in ("ep", "fsdp") or a in sizes}
 
 
 def _hyper(args) -> dict:
@@ -78,7 +78,9 @@ def mesh_rank(rank: int, world_size: int, device, *, impl: str, shape: dict, cfg
     M, P = load_impl(impl, "mesh"), load_impl(impl, "parallelize")
     mesh = M.ProcessMesh(shape)
     model = Transformer(cfg, seed=args.seed).to(device=device, dtype=DTYPES[args.dtype])
-    pt = P.parallelize(model, mesh, num_microbatches=args.microbatches, schedule=args.schedule, **_hyper(args))
+    data_parallel = "hsdp" if "fsdp" in shape else args.data_parallel
+    pt = P.parallelize(model, mesh, num_microbatches=args.microbatches, schedule=args.schedule,
+                       data_parallel=data_parallel, **_hyper(args))  # fmt: skip
     reporter = all(c == 0 for a, c in mesh.coords().items() if a != "pp") and mesh.rank("pp") == shape["pp"] - 1
     losses, start = [], time.perf_counter()
     for step in range(args.steps):
@@ -129,6 +131,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=64, help="tokens per sequence (default 64)")
     ap.add_argument("--microbatches", type=int, default=0, help="pipeline microbatches (default: pp)")
     ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"], help="pipeline schedule (default 1f1b)")
+    ap.add_argument(
+        "--data-parallel",
+        default="ddp",
+        choices=["ddp", "zero1", "fsdp"],
+        help="over dp (default ddp); a mesh with an fsdp axis (dp2,fsdp2) runs HSDP",
+    )
     ap.add_argument("--moe-every", type=int, default=0, help="an MoE FFN every k-th block (default 0: none)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--weight-decay", type=float, default=0.0)
