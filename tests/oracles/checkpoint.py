@@ -600,7 +600,7 @@ def disagreeing_rank(ctx, root: str, what: str):
 def partial_save_rank(ctx, root: str):
     """Rank r saves rows [2r, 2r + 2) of a (2N + 2, 3) tensor "proj.weight": its last two rows are nobody's."""
     C = ctx.load("checkpoint")
-    g = torch.arange((2 * ctx.world_size + 2) * 3, dtype=torch.float64).view(-1, 3)
+    g = torch.arange((2 * ctx.world_size + 2) * 3, dtype=torch.float64, device="cpu").view(-1, 3)
     box = g[2 * ctx.rank : 2 * ctx.rank + 2].clone().to(ctx.device)
     C.save_checkpoint({"proj.weight": C.Shard(box, tuple(g.shape), (2 * ctx.rank, 0))}, root, 1)
 
@@ -711,7 +711,7 @@ def async_group_rank(ctx, root: str, split: bool):
         world = ctx.world_size - 1
         if ctx.rank == world:  # outside the sub-group: no checkpointer
             everyone = torch.distributed.new_group(list(range(ctx.world_size)))
-            torch.distributed.all_reduce(torch.ones(1), group=everyone)
+            torch.distributed.all_reduce(torch.ones(1, device=ctx.device), group=everyone)
             return [], None, None, None
     ckpt = C.AsyncCheckpointer(root, group=group)
     calls, patches = [], _Patches()
@@ -737,5 +737,5 @@ def async_group_rank(ctx, root: str, split: bool):
     C.load_checkpoint(loaded, root, 1, group=group)
     if split:
         everyone = torch.distributed.new_group(list(range(ctx.world_size)))
-        torch.distributed.all_reduce(torch.ones(1), group=everyone)
+        torch.distributed.all_reduce(torch.ones(1, device=ctx.device), group=everyone)
     return calls, rank, world, local_tensors(loaded)

@@ -233,7 +233,7 @@ def test_a_large_state_fits_the_on_disk_allowance_of_its_checksum_blocks(world_s
 def holes_save_rank(ctx, root: str):
     """Rank r saves rows [3r, 3r + 2) of a (3N, 3) tensor: row 3r + 2 is nobody's."""
     C = ctx.load("checkpoint")
-    g = torch.arange(9 * ctx.world_size, dtype=torch.float64).view(-1, 3)
+    g = torch.arange(9 * ctx.world_size, dtype=torch.float64, device=ctx.device).view(-1, 3)
     box = g[3 * ctx.rank : 3 * ctx.rank + 2].clone()
     C.save_checkpoint({"proj.weight": C.Shard(box, tuple(g.shape), (3 * ctx.rank, 0))}, root, 1)
 
