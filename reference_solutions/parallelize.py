@@ -307,7 +307,7 @@ class ParallelTransformer:
             self.wrapped = [HSDP(c, mesh, "fsdp", "dp") for c in chunks]
         else:
             self.wrapped = chunks
-        self._tp_summed = _tp_summed(chunks)  # after FSDP: its shards are the parameters now
+        self._tp_summed = _sequence_parallel_params(chunks)  # after FSDP: its shards are the parameters now
         tp = self.tp
         self.pipeline = pipeline.PipelineStage(
             self.wrapped if num_chunks > 1 else self.wrapped[0], stage, self.pp,
@@ -444,7 +444,7 @@ class _Params(nn.Module):
         self.params = nn.ParameterList(params)
 
 
-def _tp_summed(chunks: list[nn.Module]) -> list[nn.Parameter]:
+def _sequence_parallel_params(chunks: list[nn.Module]) -> list[nn.Parameter]:
     """Parameters replicated over tp that see this rank's tokens only: embedding, norms, head, MoE layers."""
     kinds = (nn.Embedding, RMSNorm, LMHead, MoE, expert_parallel.ExpertParallelMoE)
     found = {id(p): p for c in chunks for m in c.modules() if isinstance(m, kinds) for p in m.parameters()}
