@@ -19,7 +19,8 @@ gradients, optimizer state, activations and the runtime; on CPU a coarse upper b
 ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faster). torch's pipelining
 (``torch.distributed.pipelining``) is not compared: its schedules need a traced model split and have no
 CPU/gloo path that runs this model reliably on every torch version. On CUDA the memory column is
-``torch.cuda.max_memory_allocated``. Writes out/bench_capstone.{csv,png}.
+``torch.cuda.max_memory_allocated`` and a last column gives our run's MFU (``accounting.mfu``: 6ND FLOPs
+per token against ``--peak-tflops`` per GPU; not yet run on a GPU). Writes out/bench_capstone.{csv,png}.
 """
 
 from __future__ import annotations
@@ -147,6 +148,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
     ap.add_argument("--steps", type=int, default=6, help="timed rounds (default 6)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=989.0,
+        help="on GPU: the peak for the MFU column (default 989, H100 dense bf16; fp32 runs: use ~67)",
+    )
     args = ap.parse_args(argv)
     results = launch(2, bench_rank, backend=args.backend, impl=args.impl, args=args)
     if not main_rank():
@@ -160,6 +167,13 @@ def main(argv=None) -> int:
         "90% interval",
         "peak RSS MB (max rank, process so far)",
     ]
+    gpu = args.backend == "nccl"
+    if gpu:  # MFU of our run from the accounting's 6ND FLOPs (Part 6), against --peak-tflops per GPU
+        headers = [*headers[:-1], "peak MB (max rank)", "ours MFU"]
+        cfg = TransformerConfig(vocab_size=64, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
+                                n_kv_heads=args.kv_heads, d_ff=args.d_ff)  # fmt: skip
+        num_params = sum(p.numel() for p in Transformer(cfg).parameters())
+        accounting = load_impl(args.impl, "accounting")
     rows = []
     for scheme in SCHEMES:
         r0 = results[0][scheme]
@@ -176,7 +190,10 @@ def main(argv=None) -> int:
                     f"[{low:.2f}, {high:.2f}]"]  # fmt: skip
         else:
             row += [math.nan, math.nan, r0.get("error", "")]
-        rows.append([*row, peak])
+        row.append(peak)
+        if gpu:  # two GPUs share the work: the per-GPU rate is half the tokens
+            row.append(accounting.mfu(row[1] / 2, num_params, args.peak_tflops * 1e12))
+        rows.append(row)
     print(format_table(headers, rows, floatfmt=".3g"))
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "bench_capstone.csv", headers, rows)
