@@ -1,9 +1,9 @@
 """Your 4-D transformer against torch's own composition: tokens per second and peak memory (handouts/11-capstone.md).
 
-    python -m scripts.bench.capstone                                   # gloo on CPU, 2 processes (~1 min)
-    python -m scripts.bench.capstone --impl student --steps 8
-    python -m scripts.bench.capstone --d-model 256 --layers 4 --batch 16 --seq 128
-    torchrun --standalone --nproc_per_node=2 -m scripts.bench.capstone --backend nccl
+    python -m scripts.bench.parallelize                                   # gloo on CPU, 2 processes (~1 min)
+    python -m scripts.bench.parallelize --impl student --steps 8
+    python -m scripts.bench.parallelize --d-model 256 --layers 4 --batch 16 --seq 128
+    torchrun --standalone --nproc_per_node=2 -m scripts.bench.parallelize --backend nccl
 
 On the same ``transformer.Transformer``, the same batch and the same mesh of 2 ranks, it times one AdamW
 step of ``parallelize(model, mesh).train_step`` (your parts) against torch's own pieces doing the same:
@@ -20,7 +20,7 @@ ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faste
 (``torch.distributed.pipelining``) is not compared: its schedules need a traced model split and have no
 CPU/gloo path that runs this model reliably on every torch version. On CUDA the memory column is
 ``torch.cuda.max_memory_allocated`` and a last column gives our run's MFU (``accounting.mfu``: 6ND FLOPs
-per token against ``--peak-tflops`` per GPU; not yet run on a GPU). Writes out/bench_capstone.{csv,png}.
+per token against ``--peak-tflops`` per GPU; not yet run on a GPU). Writes out/bench_parallelize.{csv,png}.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
         rows.append(row)
     print(format_table(headers, rows, floatfmt=".3g"))
     args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "bench_capstone.csv", headers, rows)
+    write_csv(args.out / "bench_parallelize.csv", headers, rows)
 
     def draw(ax):
         names = [r[0] for r in rows if isinstance(r[1], float)]
@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         ax.set_xlabel("tokens / s (slowest rank)")
         ax.legend()
 
-    print(f"wrote {save_plot(args.out / 'bench_capstone.png', draw)} and {args.out / 'bench_capstone.csv'}")
+    print(f"wrote {save_plot(args.out / 'bench_parallelize.png', draw)} and {args.out / 'bench_parallelize.csv'}")
     return 0
 
 
