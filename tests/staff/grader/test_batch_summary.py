@@ -6,14 +6,10 @@ pytest tests/staff/grader/test_batch_summary.py -v
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import zipfile
 
 import pytest
 
 from scripts.grading.summary import headline, staff_headlines, summarize, write_summary
-from tests.harness.pool import ROOT as REPO
 
 pytestmark = pytest.mark.staff
 
@@ -117,20 +113,11 @@ def test_headline_is_pytests_last_error_line_or_the_first_line():
     assert headline("") == "(no message)"
 
 
-def test_a_batch_writes_the_dashboard_beside_the_results(tmp_path):
-    """--batch writes summary.md, summary.json, the figures and each grade's staff log in its results folder."""
-    batch = tmp_path / "subs"
-    (batch / "alice" / "cs336_systems").mkdir(parents=True)
-    (batch / "alice" / "cs336_systems" / "collectives.py").write_bytes(
-        (REPO / "reference_solutions" / "collectives.py").read_bytes()
-    )
-    with zipfile.ZipFile(batch / "bob.zip", "w") as zf:
-        zf.write(REPO / "cs336_systems" / "collectives.py", "cs336_systems/collectives.py")
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--parts", "collectives",
-         "--select", "broadcast and float32 and first", "--world-sizes", "2", "--timeout", "120"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def test_a_batch_writes_the_dashboard_beside_the_results(batch_of_reference_and_stub):
+    """--batch writes summary.md, summary.json, the figures and each grade's staff log in its results folder
+    (the shared batch of tests/staff/grader/conftest.py: alice the reference, bob.zip the stub)."""
+    proc = batch_of_reference_and_stub.proc
+    tmp_path = batch_of_reference_and_stub.folder.parent
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = tmp_path / "subs-results"
     s = json.loads((out / "summary.json").read_text())
