@@ -206,15 +206,25 @@ def _to_cpu(value):
 _INHERITED: list = []  # a forked rank keeps its parent's process-group state alive here, unused and untouched
 
 
+def _end_by_sigusr1(signum, frame) -> None:
+    """After faulthandler's stack dump: end this rank by SIGUSR1's default action (exit status -SIGUSR1)."""
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    os._exit(128 + signal.SIGUSR1)  # not reached
+
+
 def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, conn) -> None:
     _prctl_pdeathsig()
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
     stacks = open(Path(folder) / f"rank{rank}.stacks", "w")  # noqa: SIM115 - held for faulthandler
-    # SIGUSR1 dumps every thread's stack and then, chained to the default action, ends the process inside
-    # the signal handler: a rank the launcher continued (SIGCONT) to take its stack runs no Python after it.
+    # SIGUSR1 dumps every thread's stack (faulthandler, in C: it works while Python is stuck in C code) and then,
+    # chained, ends the process before the next line of Python: a rank the launcher continued (SIGCONT) to take
+    # its stack runs no Python after it. (Chaining to the default action directly let a continued rank run on
+    # in about half the runs here; the Python handler runs before any other bytecode, deterministically.)
     faulthandler.unregister(signal.SIGUSR1)  # a registration inherited from the parent would keep its own chain
-    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # a mask inherited from a forking thread
+    signal.signal(signal.SIGUSR1, _end_by_sigusr1)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=True)
     try:
         # A forked child inherits the parent's default process group: leave it alone (destroying it would
@@ -231,6 +241,10 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
         job_store = dist.PrefixStore("job/", store)
         dist.init_process_group(backend, store=dist.PrefixStore("pg/", store), rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=group_timeout))  # fmt: skip
+        # gloo connects its full mesh pair by pair: a rank whose job ended (or died) at once could close its
+        # sockets while a slower peer is still connecting, failing that peer's init as if it had a bug. The
+        # job starts only once every rank is connected.
+        dist.barrier()
         me = JobRank(rank, world_size, attempt, job_store, device, fault, conn)
         value = job(me, *args)
         _send_and_exit(conn, ("ok", _to_cpu(value)), 0)
