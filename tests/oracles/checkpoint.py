@@ -248,6 +248,27 @@ _PG_METHODS = ["allreduce", "allreduce_coalesced", "allgather", "allgather_coale
                "monitored_barrier", "gather", "scatter", "send", "recv"]  # fmt: skip
 
 
+class WatchedFile:
+    """A file object opened for writing, standing in for the real one: everything but ``write`` (which a
+    subclass watches) goes to the real file, ``with`` and iteration included. Used by the crash injector here
+    and by the power-loss recorder (tests/oracles/power_loss.py)."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._f.__exit__(*exc)
+
+    def __iter__(self):
+        return iter(self._f)
+
+
 class _Patches:
     """Attributes set for a while and put back exactly (a class's own entry, not what getattr returns:
     a pybind method read through getattr does not bind ``self`` once set back)."""
@@ -305,10 +326,7 @@ class CrashInjector:
         injector = self
         real_open, real_replace, real_rename = builtins.open, os.replace, os.rename
 
-        class File:
-            def __init__(self, f) -> None:
-                self._f = f
-
+        class File(WatchedFile):
             def write(self, data):
                 if injector.rank == injector.crash_rank and injector.crash_at is not None:
                     if injector.ops >= injector.crash_at:
@@ -317,18 +335,6 @@ class CrashInjector:
                         self._f.flush()
                 injector._op()
                 return self._f.write(data)
-
-            def __getattr__(self, name):
-                return getattr(self._f, name)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return self._f.__exit__(*exc)
-
-            def __iter__(self):
-                return iter(self._f)
 
         def patched_open(file, mode="r", *args, **kwargs):
             if isinstance(file, int) or not any(c in mode for c in "wax+") or not injector._under_root(file):

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from tests.oracles.checkpoint import _Patches
+from tests.oracles.checkpoint import WatchedFile, _Patches
 
 # -- rank side --------------------------------------------------------------------------------------------
 
@@ -89,11 +89,12 @@ class FsRecorder:
                                                       "unlink", "remove", "rmdir")}  # fmt: skip
         real_open = builtins.open
 
-        class File:
+        class File(WatchedFile):
             """A file object opened for writing under root: its writes are logged (by size)."""
 
             def __init__(self, f, ino: int) -> None:
-                self._f, self._ino = f, ino
+                super().__init__(f)
+                self._ino = ino
 
             def write(self, data):
                 n = self._f.write(data)
@@ -103,18 +104,6 @@ class FsRecorder:
             def writelines(self, lines):
                 for line in lines:
                     self.write(line)
-
-            def __getattr__(self, name):
-                return getattr(self._f, name)
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return self._f.__exit__(*exc)
-
-            def __iter__(self):
-                return iter(self._f)
 
         def patched_open(file, mode="r", *args, **kwargs):
             rel = None if isinstance(file, int) or not any(c in mode for c in "wax+") else rec._rel(file)
