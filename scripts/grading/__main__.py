@@ -222,7 +222,6 @@ def grade_one(args) -> int:
     try:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
-        staff = StaffFiles.snapshot(REPO)
         try:
             raw = read_submission(args.submission)
             node = lookup(args.precomputed, raw) if args.precomputed else None
@@ -241,6 +240,7 @@ def grade_one(args) -> int:
             notes.extend(sub.notes)
             if not sub.modules:
                 notes.append("no part module (collectives.py, ddp.py, ...) was found in the submission")
+            staff = StaffFiles.snapshot(REPO)  # read before any student code runs; not for a precomputed grade
             record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
         results = build_results(rubric, record, notes, time.monotonic() - start)
         code = 0 if record.items else 2
