@@ -47,6 +47,7 @@ def test_a_kit_grades_only_its_own_modules_and_the_mixed_accounting(tmp_path):
 
 
 def test_an_edited_given_module_is_ignored_with_a_note_and_the_staff_copy_is_graded(tmp_path):
+    """In a kit of parts 4 and 7, a submitted ddp.py (given) is dropped with a note; the sandbox holds the staff's."""
     kit = _kit_rubric(tmp_path, frozenset({4, 7}))
     given = sorted(subset.given_modules(frozenset({4, 7})))
     assert "ddp" in given, f"a kit of parts 4 and 7 gives ddp (its mesh builds on it); given: {given}"
@@ -67,6 +68,7 @@ def test_an_edited_given_module_is_ignored_with_a_note_and_the_staff_copy_is_gra
 
 
 def test_the_whole_kit_grades_every_part_module_from_the_submission(tmp_path):
+    """The whole kit gives no part module: the submission's ddp.py is graded, with no note about given code."""
     sub = read_submission(_submission(tmp_path, {"ddp": b"# mine\n"}))
     sub = keep_graded(sub, graded_modules(list(load_rubric().parts)))
     assert sub.modules == {"ddp": b"# mine\n"} and not any("given" in n for n in sub.notes), sub.notes

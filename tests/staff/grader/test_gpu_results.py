@@ -66,6 +66,7 @@ def graded_batch(tmp_path):
 
 
 def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_per_student(graded_batch, tmp_path):
+    """pack: one bundle entry per graded submission, a CSV row per student, the bundle added to the zip once."""
     export, results = graded_batch
     out, table, kit = tmp_path / "gpu-results.json", tmp_path / "grades.csv", tmp_path / "autograder.zip"
     with zipfile.ZipFile(kit, "w") as zf:
@@ -89,6 +90,7 @@ def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_p
 
 
 def test_one_changed_graded_byte_loses_the_node_grade_a_renamed_or_extra_file_keeps_it(graded_batch, tmp_path):
+    """The key is the graded modules' bytes: a renamed folder or extra file keeps the grade, a byte loses it."""
     export, results = graded_batch
     bundle = tmp_path / "b.json"
     gpu_results.main(["pack", str(export), str(results), "--out", str(bundle)])

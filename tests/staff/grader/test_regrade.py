@@ -20,6 +20,7 @@ def _entry(name: str, part: str, score: float, most: float = 2.0) -> dict:
 
 
 def test_a_regrade_replaces_its_entries_and_keeps_every_other():
+    """--merge-into: the regraded entry replaces its namesake, the others stay, the score and parts are summed again."""
     old = {"score": 3.0, "output": "old", "tests": [_entry("test_a", "ddp", 0.0), _entry("test_b", "ddp", 2.0),
                                                     _entry("test_c", "fsdp", 1.0)],
            "extra_data": {"seconds": {"ddp": 9}}}  # fmt: skip
@@ -32,5 +33,6 @@ def test_a_regrade_replaces_its_entries_and_keeps_every_other():
 
 
 def test_an_entry_only_the_regrade_has_is_added():
+    """An entry the earlier grade lacked (a test added since) is appended and counted."""
     merged = merge_regrade({"tests": [_entry("test_a", "ddp", 1.0)]}, {"tests": [_entry("test_new", "ddp", 2.0)]})
     assert [t["name"] for t in merged["tests"]] == ["test_a", "test_new"] and merged["score"] == 3.0
