@@ -17,6 +17,7 @@ from scripts.figures import (
     expert_parallel,
     fault_tolerance,
     mesh,
+    parallelize,
     pipeline,
     tensor_parallel,
     zero,
@@ -41,4 +42,5 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "checkpoint_protocol.png": checkpoint.draw_protocol,  # 10-failures
     "checkpoint_resharding.png": checkpoint.draw_resharding,
     "fault_tolerance_recovery.png": fault_tolerance.draw_recovery,
+    "capstone_mesh_blocks.png": parallelize.draw_mesh_blocks,  # 11-capstone
 }
