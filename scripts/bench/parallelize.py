@@ -1,37 +1,49 @@
 """Your 4-D transformer against torch's own composition: tokens per second and peak memory (handouts/11-capstone.md).
 
-    python -m scripts.bench.parallelize                                   # gloo on CPU, 2 processes (~1 min)
+    python -m scripts.bench.parallelize                          # gloo on CPU, 2 then 4 processes (~1 min)
     python -m scripts.bench.parallelize --impl student --steps 8
+    python -m scripts.bench.parallelize --schemes pp2 --microbatches 8 --schedule gpipe
     python -m scripts.bench.parallelize --d-model 256 --layers 4 --batch 16 --seq 128
-    torchrun --standalone --nproc_per_node=2 -m scripts.bench.parallelize --backend nccl
+    torchrun --standalone --nproc_per_node=2 -m scripts.bench.parallelize --backend nccl   # the 2-rank rows
+    torchrun --standalone --nproc_per_node=4 -m scripts.bench.parallelize --backend nccl   # tp2xfsdp2
 
-On the same ``transformer.Transformer``, the same batch and the same mesh of 2 ranks, it times one AdamW
-step of ``parallelize(model, mesh).train_step`` (your parts) against torch's own pieces doing the same:
+On the same ``transformer.Transformer``, the same batch and the same mesh, it times one AdamW step of
+``parallelize(model, mesh).train_step`` (your parts) against torch's own pieces doing the same:
 
-    dp2     parallelize data_parallel="ddp"      vs  torch.nn.parallel.DistributedDataParallel
-    fsdp2   parallelize data_parallel="fsdp"     vs  torch.distributed.fsdp.fully_shard on every block
-    tp2     parallelize (TP + SP, Part 4)        vs  DTensor parallelize_module (Colwise/Rowwise, no SP)
+    dp2        parallelize data_parallel="ddp"     vs  torch.nn.parallel.DistributedDataParallel
+    fsdp2      parallelize data_parallel="fsdp"    vs  torch.distributed.fsdp.fully_shard on every block
+    tp2        parallelize (TP + SP, Part 4)       vs  DTensor parallelize_module (Colwise/Rowwise, no SP)
+    pp2        parallelize (Part 5, --schedule,    vs  torch.distributed.pipelining: a PipelineStage per rank
+               --microbatches)                         cut by hand (embedding + first half of the blocks;
+                                                       the rest + head), Schedule1F1B or ScheduleGPipe with
+                                                       the same microbatches, loss_fn on the last stage
+    tp2xfsdp2  a 4-rank mesh dp2 x tp2, "fsdp"     vs  a 2-D DeviceMesh ("dp", "tp"): parallelize_module on
+                                                       "tp", then fully_shard on "dp" (torch's 2-D recipe)
 
+The 2-rank schemes run in one launch, the 4-rank one in a second (fresh processes). Both sides start from
+the same seed and batch, so their first-step losses must agree: the table is followed by the checked losses,
+or a WARNING line with both values when they differ (the two would not compute the same thing).
 Rounds alternate ours and theirs so both meet the same spells of the machine; the table gives tokens per
 second (the whole batch's tokens / the slowest rank's step time), the ranks' peak resident memory (the
-process's maximum RSS so far, after ours and torch's runs of this mesh and the meshes above it: parameters,
-gradients, optimizer state, activations and the runtime; on CPU a coarse upper bound), and the
-ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faster). torch's pipelining
-(``torch.distributed.pipelining``) is not compared: its schedules need a traced model split and have no
-CPU/gloo path that runs this model reliably on every torch version. On CUDA the memory column is
-``torch.cuda.max_memory_allocated`` and a last column gives our run's MFU (``accounting.mfu``: 6ND FLOPs
-per token against ``--peak-tflops`` per GPU; not yet run on a GPU). Writes out/bench_parallelize.{csv,png}.
+process's maximum RSS so far, after ours and torch's runs of this mesh and the meshes above it in the same
+launch: parameters, gradients, optimizer state, activations and the runtime; on CPU a coarse upper bound),
+and the ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faster). On CUDA the
+memory column is ``torch.cuda.max_memory_allocated`` and a last column gives our run's MFU
+(``accounting.mfu``: 6ND FLOPs per token against ``--peak-tflops`` per GPU; not yet run on a GPU).
+The default took 36 s on a 2-core machine (load 2.5). Writes out/bench_parallelize.{csv,png}.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import resource
 import statistics
 import warnings
 
 import torch
+import torch.distributed as dist
 
 from cs336_systems.transformer import Transformer, TransformerConfig, lm_loss
 from scripts.bench.common import (
@@ -43,10 +55,22 @@ from scripts.bench.common import (
     ratio_interval,
     save_plot,
     timed,
+    under_torchrun,
     write_csv,
 )
 
-SCHEMES = ("dp2", "fsdp2", "tp2")
+# name -> (our mesh, our parallelize options); the world size is the mesh's size
+SCHEMES = {
+    "dp2": ({"dp": 2, "pp": 1, "cp": 1, "tp": 1}, {"data_parallel": "ddp"}),
+    "fsdp2": ({"dp": 2, "pp": 1, "cp": 1, "tp": 1}, {"data_parallel": "fsdp"}),
+    "tp2": ({"dp": 1, "pp": 1, "cp": 1, "tp": 2}, {}),
+    "pp2": ({"dp": 1, "pp": 2, "cp": 1, "tp": 1}, {"pipelined": True}),
+    "tp2xfsdp2": ({"dp": 2, "pp": 1, "cp": 1, "tp": 2}, {"data_parallel": "fsdp"}),
+}
+
+
+def _world(scheme: str) -> int:
+    return math.prod(SCHEMES[scheme][0].values())
 
 
 def _peak_mb(device) -> float:
@@ -56,66 +80,127 @@ def _peak_mb(device) -> float:
 
 
 def _ours(P, M, scheme: str, cfg, device, args):
-    shape = {"dp": 2, "pp": 1, "cp": 1, "tp": 1} if scheme != "tp2" else {"dp": 1, "pp": 1, "cp": 1, "tp": 2}
-    mesh = M.ProcessMesh(shape)
+    shape, options = SCHEMES[scheme]
+    options = dict(options)
+    if options.pop("pipelined", False):
+        options.update(num_microbatches=args.microbatches, schedule=args.schedule)
     model = Transformer(cfg, seed=0).to(device)
-    pt = P.parallelize(model, mesh, data_parallel="fsdp" if scheme == "fsdp2" else "ddp", lr=1e-3)
-    return lambda x, y: pt.train_step(x, y)
+    pt = P.parallelize(model, M.ProcessMesh(shape), lr=1e-3, **options)
+    return pt.train_step  # the whole batch on every rank; the mean loss on the last stage, else None
+
+
+def _tp_plan(model) -> dict:
+    """Megatron's split as DTensor styles: QKV and gate/up by columns, wo and down by rows (no SP)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    plan = {}
+    for name, child in model.named_children():
+        if name.startswith("block"):
+            plan.update({f"{name}.attn.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")})
+            plan[f"{name}.attn.wo"] = RowwiseParallel()
+            if hasattr(child.ffn, "w_gate"):
+                plan.update({f"{name}.ffn.w_gate": ColwiseParallel(), f"{name}.ffn.w_up": ColwiseParallel(),
+                             f"{name}.ffn.w_down": RowwiseParallel()})  # fmt: skip
+    return plan
+
+
+def _fully_shard(model, mesh) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    for name, child in model.named_children():
+        if name.startswith("block"):
+            fully_shard(child, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _pipelined(model, cfg, device, rank: int, args):
+    """torch.distributed.pipelining on 2 ranks, stages cut by hand (no tracing): rank 0 holds the
+    embedding and the first half of the blocks, rank 1 the rest and the head; the schedule runs
+    ``--microbatches`` microbatches with the loss on the last stage, as ours does. Shapes between the
+    stages are inferred from the first microbatch (one extra metadata exchange on the first step)."""
+    from collections import OrderedDict
+
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    layers = list(model.named_children())  # embed, block0 .. block{L-1}, head
+    cut = 1 + cfg.n_layers // 2
+    part = torch.nn.Sequential(OrderedDict(layers[:cut] if rank == 0 else layers[cut:]))
+    stage = PipelineStage(part, rank, 2, device)
+    schedule = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[args.schedule]
+    # scale_grads (the default) divides each microbatch's gradient by their number: the batch mean, as ours
+    pipe = schedule(stage, n_microbatches=args.microbatches, loss_fn=lm_loss)
+    opt = torch.optim.AdamW(part.parameters(), lr=1e-3)
+
+    def step(x, y):
+        opt.zero_grad(set_to_none=True)
+        losses = []
+        if rank == 0:
+            pipe.step(x)
+        else:
+            pipe.step(target=y, losses=losses)
+        opt.step()
+        return torch.stack(losses).mean().item() if losses else None
+
+    return step
 
 
 def _theirs(scheme: str, cfg, device, rank: int, args):
+    from torch.distributed.device_mesh import init_device_mesh
+
     model = Transformer(cfg, seed=0).to(device)
+    dp = SCHEMES[scheme][0]["dp"]
+    if scheme == "pp2":
+        return _pipelined(model, cfg, device, rank, args)
     if scheme == "dp2":
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model)
     elif scheme == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        _fully_shard(model, init_device_mesh(device.type, (2,)))
+    elif scheme == "tp2":
+        from torch.distributed.tensor.parallel import parallelize_module
 
-        mesh = init_device_mesh(device.type, (2,))
-        for name, child in model.named_children():
-            if name.startswith("block"):
-                fully_shard(child, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-    else:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+        parallelize_module(model, init_device_mesh(device.type, (2,)), _tp_plan(model))
+    else:  # tp2xfsdp2: TP within pairs of ranks, FSDP across them (torch's 2-D recipe)
+        from torch.distributed.tensor.parallel import parallelize_module
 
-        mesh = init_device_mesh(device.type, (2,))
-        plan = {}
-        for name, child in model.named_children():
-            if name.startswith("block"):
-                plan.update({f"{name}.attn.{w}": ColwiseParallel() for w in ("wq", "wk", "wv")})
-                plan[f"{name}.attn.wo"] = RowwiseParallel()
-                if hasattr(child.ffn, "w_gate"):
-                    plan.update({f"{name}.ffn.w_gate": ColwiseParallel(), f"{name}.ffn.w_up": ColwiseParallel(),
-                                 f"{name}.ffn.w_down": RowwiseParallel()})  # fmt: skip
-        parallelize_module(model, mesh, plan)
+        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("dp", "tp"))  # row-major, as ProcessMesh
+        parallelize_module(model, mesh["tp"], _tp_plan(model))
+        _fully_shard(model, mesh["dp"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    data_parallel = scheme != "tp2"
+    tp = SCHEMES[scheme][0]["tp"]
+    replica = rank // tp  # this rank's dp coordinate (row-major mesh, tp fastest)
 
     def step(x, y):
-        if data_parallel:  # each rank its half of the batch, as parallelize does
-            n = x.shape[0] // 2
-            x, y = x[rank * n : (rank + 1) * n], y[rank * n : (rank + 1) * n]
+        n = x.shape[0] // dp  # each dp rank its rows of the batch, as parallelize does
+        x, y = x[replica * n : (replica + 1) * n], y[replica * n : (replica + 1) * n]
         opt.zero_grad(set_to_none=True)
-        lm_loss(model(x), y).backward()
+        loss = lm_loss(model(x), y)
+        loss.backward()
         opt.step()
+        return loss.item()  # the mean over this rank's rows
 
     return step
 
 
-def bench_rank(rank: int, world_size: int, device, *, impl: str, args) -> dict:
+def _mean_loss(loss: float | None, world_size: int) -> float:
+    """The batch's mean loss from every rank's value (None: a rank without the loss): the mean of the
+    values given. Ranks hold the whole batch's mean or their dp replica's (equal rows each)."""
+    values = [None] * world_size
+    dist.all_gather_object(values, loss)
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values)
+
+
+def bench_rank(rank: int, world_size: int, device, *, impl: str, schemes, args) -> dict:
     warnings.filterwarnings("ignore")  # torch's FutureWarnings (collective names, DTensor), once per rank
     P, M = load_impl(impl, "parallelize"), load_impl(impl, "mesh")
-    cfg = TransformerConfig(vocab_size=64, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                            n_kv_heads=args.kv_heads, d_ff=args.d_ff)  # fmt: skip
+    cfg = _config(args)
     g = torch.Generator().manual_seed(0)
     rows = torch.randint(0, cfg.vocab_size, (args.batch, args.seq + 1), generator=g)
     x, y = rows[:, :-1].to(device), rows[:, 1:].to(device)
     out = {}
-    for scheme in SCHEMES:
+    for scheme in schemes:
         runs = {}
         try:
             runs["ours"] = _ours(P, M, scheme, cfg, device, args)
@@ -127,18 +212,29 @@ def bench_rank(rank: int, world_size: int, device, *, impl: str, args) -> dict:
         except Exception as exc:  # noqa: BLE001 - torch's composition on gloo/CPU varies by version
             out[scheme] = {"error": f"torch: {type(exc).__name__}: {exc}"[:120]}
         times = {name: [] for name in runs}
+        first = {}
         for r in range(args.warmup + args.steps):
             for name, step in runs.items():  # interleaved: both meet the same spell of the machine
-                t = timed(lambda step=step: step(x, y), device)
+                loss = []
+                t = timed(lambda step=step, loss=loss: loss.append(step(x, y)), device)
+                if r == 0:  # the same model, batch and first forward: the same loss, or not the same thing
+                    first[name] = _mean_loss(loss[0], world_size)
                 if r >= args.warmup:
                     times[name].append(t)
-        out.setdefault(scheme, {}).update({"times": times, "peak_mb": _peak_mb(device)})
+        out.setdefault(scheme, {}).update({"times": times, "peak_mb": _peak_mb(device), "first_loss": first})
     return out
+
+
+def _config(args) -> TransformerConfig:
+    return TransformerConfig(vocab_size=64, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
+                             n_kv_heads=args.kv_heads, d_ff=args.d_ff)  # fmt: skip
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(ap)
+    ap.add_argument("--schemes", default=",".join(SCHEMES),
+                    help=f"comma-separated, from {', '.join(SCHEMES)} (default all)")  # fmt: skip
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
@@ -146,6 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--d-ff", type=int, default=384)
     ap.add_argument("--batch", type=int, default=8, help="whole batch, sequences (default 8)")
     ap.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
+    ap.add_argument("--microbatches", type=int, default=4, help="pp2: microbatches per step, both (default 4)")
+    ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe"], help="pp2: both (default 1f1b)")
     ap.add_argument("--steps", type=int, default=6, help="timed rounds (default 6)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument(
@@ -155,7 +253,21 @@ def main(argv=None) -> int:
         help="on GPU: the peak for the MFU column (default 989, H100 dense bf16; fp32 runs: use ~67)",
     )
     args = ap.parse_args(argv)
-    results = launch(2, bench_rank, backend=args.backend, impl=args.impl, args=args)
+    schemes = [s for s in args.schemes.split(",") if s]
+    unknown = [s for s in schemes if s not in SCHEMES]
+    if unknown:
+        ap.error(f"--schemes: unknown {unknown}; choose from {list(SCHEMES)}")
+    if under_torchrun():  # one world size per launch: the schemes of this many ranks
+        world = int(os.environ["WORLD_SIZE"])
+        skipped = [s for s in schemes if _world(s) != world]
+        schemes = [s for s in schemes if _world(s) == world]
+        if skipped and main_rank():
+            print(f"skipping {skipped}: they need another --nproc_per_node")
+    results = {}
+    for world in sorted({_world(s) for s in schemes}):  # one launch per world size, fresh processes
+        mine = [s for s in schemes if _world(s) == world]
+        ranks = launch(world, bench_rank, backend=args.backend, impl=args.impl, schemes=mine, args=args)
+        results.update({s: [r[s] for r in ranks] for s in mine})
     if not main_rank():
         return 0
     tokens = args.batch * args.seq
@@ -170,19 +282,23 @@ def main(argv=None) -> int:
     gpu = args.backend == "nccl"
     if gpu:  # MFU of our run from the accounting's 6ND FLOPs (Part 6), against --peak-tflops per GPU
         headers = [*headers[:-1], "peak MB (max rank)", "ours MFU"]
-        cfg = TransformerConfig(vocab_size=64, d_model=args.d_model, n_layers=args.layers, n_heads=args.heads,
-                                n_kv_heads=args.kv_heads, d_ff=args.d_ff)  # fmt: skip
-        num_params = sum(p.numel() for p in Transformer(cfg).parameters())
+        num_params = sum(p.numel() for p in Transformer(_config(args)).parameters())
         accounting = load_impl(args.impl, "accounting")
-    rows = []
-    for scheme in SCHEMES:
-        r0 = results[0][scheme]
+    rows, agree = [], []
+    for scheme in schemes:
+        r0 = results[scheme][0]
         if "times" not in r0:
             rows.append([scheme, r0.get("error", "?"), "", "", "", ""])
             continue
+        first = r0["first_loss"]
+        if "torch" in first and not math.isclose(first["ours"], first["torch"], rel_tol=1e-4):
+            print(f"WARNING {scheme}: first-step loss differs, ours {first['ours']:.7f} torch {first['torch']:.7f}:"
+                  " the two runs do not compute the same thing")  # fmt: skip
+        elif "torch" in first:
+            agree.append(f"{scheme} {first['ours']:.5f}")
         ours = r0["times"]["ours"]
         theirs = r0["times"].get("torch")
-        peak = max(r[scheme]["peak_mb"] for r in results)
+        peak = max(r["peak_mb"] for r in results[scheme])
         row = [scheme, tokens / statistics.median(ours)]
         if theirs:
             low, high = ratio_interval(theirs, ours)
@@ -191,10 +307,12 @@ def main(argv=None) -> int:
         else:
             row += [math.nan, math.nan, r0.get("error", "")]
         row.append(peak)
-        if gpu:  # two GPUs share the work: the per-GPU rate is half the tokens
-            row.append(accounting.mfu(row[1] / 2, num_params, args.peak_tflops * 1e12))
+        if gpu:  # the GPUs share the work: the per-GPU rate is the scheme's share of the tokens
+            row.append(accounting.mfu(row[1] / _world(scheme), num_params, args.peak_tflops * 1e12))
         rows.append(row)
     print(format_table(headers, rows, floatfmt=".3g"))
+    if agree:
+        print(f"first-step loss, ours = torch (rel. 1e-4): {', '.join(agree)}")
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(args.out / "bench_parallelize.csv", headers, rows)
 
