@@ -12,7 +12,7 @@ if [ "${CS336_SKIP_INSTALL:-0}" != 1 ]; then
     python3 -m venv /opt/cs336
     # CPU wheels of torch; on a GPU image drop --index-url to get the CUDA build.
     /opt/cs336/bin/pip install -q --index-url https://download.pytorch.org/whl/cpu torch
-    /opt/cs336/bin/pip install -q numpy pytest pytest-timeout hypothesis tqdm tomli
+    /opt/cs336/bin/pip install -q numpy pytest pytest-timeout hypothesis tqdm tomli isal
     # Student code runs as this unprivileged user, who cannot read the staff source or the results.
     id -u cs336student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin cs336student
 fi
