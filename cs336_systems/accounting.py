@@ -65,6 +65,7 @@ __all__ = [
     "async_checkpoint_interval",
     "transformer_num_params",
     "capstone_bytes_per_rank",
+    "plan_capstone",
 ]
 
 
@@ -679,5 +680,65 @@ def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, se
 
     Raises ``TypeError``/``ValueError`` naming the argument for bad counts, ``seq`` not divisible by
     cp·tp, or ``n_heads`` not divisible by tp.
+    """
+    raise NotImplementedError("Task 11.4 (capstone accounting): see handouts/11-capstone.md §11.4")
+
+
+def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, gpus_per_node, num_nodes,
+                  gpu_memory_bytes, microbatch=1, recompute="selective", kv_heads=None, num_experts=0,
+                  expert_d_ff=0, moe_layers=0, top_k=1) -> dict:  # fmt: skip
+    """The (tp, cp, pp, dp, ep, ZeRO stage) these rules choose for the capstone's mesh, and why.
+
+    Llama 3 405B orders its axes [TP, CP, PP, DP] from the fastest links out (Grattafiori et al. 2024,
+    §3.3.2): TP inside a node, CP for long context, PP across nodes, DP (FSDP) outermost. DeepSeek-V3
+    spreads an MoE's experts over its data-parallel ranks (EP 64 inside DP; DeepSeek-AI 2024, §3.2.1).
+    The rules, in order:
+      1. ``plan_parallelism``'s rules for tp and pp: tp = 1, 2, 4, ... <= gpus_per_node with pp = 1 (no
+         wider than needed), then the widest such tp with pp = 2, 4, 8, ... <= num_layers. tp divides
+         ``heads`` and ``kv_heads`` (grouped-query attention splits both) and the seq / cp tokens of a cp
+         rank (sequence parallelism).
+      2. dp = gpus_per_node * num_nodes / (tp * cp * pp) must be an integer that, times ``microbatch``,
+         divides ``global_batch``; num_microbatches m = global_batch / (dp * microbatch). A pipeline must
+         fill: m >= pp (with fewer microbatches than stages 1F1B idles more than half the time, bubble
+         (pp - 1)/(m + pp - 1) > 1/2).
+      3. ``plan_parallelism``'s rule for ZeRO: for the candidates of rule 1 in order, the lowest stage among
+         0, 1, 2 that fits; only if none fits, the same search again with ZeRO-3.
+      4. CP only when nothing fits without it: cp = 1, then 2, 4, 8, ... (<= the GPUs), each with the whole
+         search of rules 1-3 (ZeRO-3 included) before the next. cp must cut seq into 2 * cp equal zigzag
+         chunks (seq % (2 * cp) == 0; other cp are not tried); each rank keeps seq / cp tokens of every
+         sequence.
+      5. An MoE (``num_experts`` > 0): for each (tp, cp, pp) of rules 1-4, ep = each divisor of both
+         ``num_experts`` and dp * cp (the ranks that hold the same dense weights: EP runs inside the data
+         axes) in increasing order, and at each ep the ZeRO stages of rule 3's pass: the smallest ep that
+         fits, no wider than needed, like TP. A dense model has ep = 1.
+    "Fits" means ``parallel_memory_per_rank(...) <= gpu_memory_bytes`` for seq / cp tokens per rank with
+    ZeRO sharded over all dp * cp ranks that hold the same weights (Megatron-LM's data-parallel group with
+    CP; the capstone's ``parallelize`` shards over dp only, which costs more):
+        parallel_memory_per_rank(num_params, num_layers, d_model, heads, seq // cp, microbatch, dp=dp * cp,
+                                 tp=tp, pp=pp, zero_stage=z, num_microbatches=m, recompute=recompute,
+                                 expert_params=X, ep=ep)
+    with X = moe_layers * expert_parameter_bytes_per_rank(d_model, expert_d_ff, num_experts, 1, 1), the
+    expert parameters (``models.MLP`` experts with biases, replicated over tp, split ep * pp ways; 0 for a
+    dense model). ``num_params`` counts every parameter, experts included.
+
+    Returns ``{"dp", "tp", "pp", "cp", "ep", "zero_stage", "num_microbatches", "memory_per_rank",
+    "bytes_per_axis", "rows"}``: the chosen layout, its memory, what one rank sends per step on each axis,
+    and ``rows``, one dict per configuration tried, in order, with keys ``tp, cp, pp, dp, ep, zero_stage,
+    memory_per_rank, fits, reason`` (``ep``, ``zero_stage`` and ``memory_per_rank`` None for a layout
+    rejected by rule 1 or 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
+    from ``capstone_bytes_per_rank(P, num_layers, d_model, heads, d_model // heads, seq, microbatch, dp=,
+    pp=, cp=, tp=, num_microbatches=m)`` with P = num_params - X + X * tp / ep (so that its gradient bytes
+    are this rank's own, dense / (tp * pp) + experts / (ep * pp)), and "ep" =
+    ``moe_all_to_all_bytes(m * microbatch * seq / (cp * tp), d_model, top_k, ep)`` * ceil(moe_layers / pp):
+    the rank's own tokens through the MoE layers of its stage (0.0 for a dense model).
+
+    Example (Llama 3 405B: 405e9 parameters, 126 layers, h = 16384, 128 heads, 8 KV heads, 2048 nodes of 8
+    GPUs of 80e9 bytes): 2048 sequences of 8192 -> TP 8, PP 16, DP 128, ZeRO-2, 79.7e9 bytes; 128
+    sequences of 131072 -> TP 8, CP 16, PP 16, DP 8, ZeRO-2, 79.7e9 bytes.
+
+    Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``), for ``d_model`` not divisible by
+    ``heads``, ``kv_heads`` not dividing ``heads``, an MoE with ``expert_d_ff`` < 1, ``moe_layers``
+    outside 1..num_layers, ``top_k`` > ``num_experts`` or ``num_params`` smaller than X, and
+    ``TypeError``/``ValueError`` for bad counts or an unknown ``recompute``, naming the argument.
     """
     raise NotImplementedError("Task 11.4 (capstone accounting): see handouts/11-capstone.md §11.4")

@@ -68,6 +68,7 @@ __all__ = [
     "async_checkpoint_interval",
     "transformer_num_params",
     "capstone_bytes_per_rank",
+    "plan_capstone",
 ]
 
 
@@ -666,6 +667,14 @@ def _mesh_sizes(dp, tp, pp, zero_stage, num_microbatches) -> tuple[int, int, int
     return dp, tp, pp, zero_stage, _count(num_microbatches, "num_microbatches", minimum=1, integer=True)
 
 
+def _tp_pp_candidates(per_node: int, heads: int, layers: int) -> list[tuple[int, int]]:
+    """plan_parallelism's rules 1-2, in order: (tp, 1) for tp = 1, 2, 4, ... <= per_node (GPUs per node)
+    dividing heads, then (the widest such tp, pp) for pp = 2, 4, 8, ... <= layers."""
+    tps = [t for t in (2**i for i in range(per_node.bit_length())) if t <= per_node and heads % t == 0]
+    pps = [p for p in (2**i for i in range(1, layers.bit_length())) if p <= layers]
+    return [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
+
+
 # END SOLUTION
 
 
@@ -776,9 +785,7 @@ def plan_parallelism(num_params, num_layers, d_model, heads, seq, global_batch, 
     heads = _count(heads, "heads", minimum=1, integer=True)
     layers = _count(num_layers, "num_layers", minimum=1, integer=True)
     budget = _count(gpu_memory_bytes, "gpu_memory_bytes", minimum=1)
-    tps = [t for t in (2**i for i in range(per_node.bit_length())) if t <= per_node and heads % t == 0]
-    pps = [p for p in (2**i for i in range(1, layers.bit_length())) if p <= layers]
-    candidates = [(t, 1) for t in tps] + [(tps[-1], p) for p in pps]
+    candidates = _tp_pp_candidates(per_node, heads, layers)
     rows = []
     for stages in ((0, 1, 2), (3,)):
         for tp, pp in candidates:
@@ -1159,4 +1166,135 @@ def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, se
         "pp": 2 * act / tp * m if pp > 1 else 0.0,
         "dp": ring_all_reduce_bytes_per_rank(grads, dp),
     }
+    # END SOLUTION
+
+
+def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, gpus_per_node, num_nodes,
+                  gpu_memory_bytes, microbatch=1, recompute="selective", kv_heads=None, num_experts=0,
+                  expert_d_ff=0, moe_layers=0, top_k=1) -> dict:  # fmt: skip
+    """The (tp, cp, pp, dp, ep, ZeRO stage) these rules choose for the capstone's mesh, and why.
+
+    Llama 3 405B orders its axes [TP, CP, PP, DP] from the fastest links out (Grattafiori et al. 2024,
+    §3.3.2): TP inside a node, CP for long context, PP across nodes, DP (FSDP) outermost. DeepSeek-V3
+    spreads an MoE's experts over its data-parallel ranks (EP 64 inside DP; DeepSeek-AI 2024, §3.2.1).
+    The rules, in order:
+      1. ``plan_parallelism``'s rules for tp and pp: tp = 1, 2, 4, ... <= gpus_per_node with pp = 1 (no
+         wider than needed), then the widest such tp with pp = 2, 4, 8, ... <= num_layers. tp divides
+         ``heads`` and ``kv_heads`` (grouped-query attention splits both) and the seq / cp tokens of a cp
+         rank (sequence parallelism).
+      2. dp = gpus_per_node * num_nodes / (tp * cp * pp) must be an integer that, times ``microbatch``,
+         divides ``global_batch``; num_microbatches m = global_batch / (dp * microbatch). A pipeline must
+         fill: m >= pp (with fewer microbatches than stages 1F1B idles more than half the time, bubble
+         (pp - 1)/(m + pp - 1) > 1/2).
+      3. ``plan_parallelism``'s rule for ZeRO: for the candidates of rule 1 in order, the lowest stage among
+         0, 1, 2 that fits; only if none fits, the same search again with ZeRO-3.
+      4. CP only when nothing fits without it: cp = 1, then 2, 4, 8, ... (<= the GPUs), each with the whole
+         search of rules 1-3 (ZeRO-3 included) before the next. cp must cut seq into 2 * cp equal zigzag
+         chunks (seq % (2 * cp) == 0; other cp are not tried); each rank keeps seq / cp tokens of every
+         sequence.
+      5. An MoE (``num_experts`` > 0): for each (tp, cp, pp) of rules 1-4, ep = each divisor of both
+         ``num_experts`` and dp * cp (the ranks that hold the same dense weights: EP runs inside the data
+         axes) in increasing order, and at each ep the ZeRO stages of rule 3's pass: the smallest ep that
+         fits, no wider than needed, like TP. A dense model has ep = 1.
+    "Fits" means ``parallel_memory_per_rank(...) <= gpu_memory_bytes`` for seq / cp tokens per rank with
+    ZeRO sharded over all dp * cp ranks that hold the same weights (Megatron-LM's data-parallel group with
+    CP; the capstone's ``parallelize`` shards over dp only, which costs more):
+        parallel_memory_per_rank(num_params, num_layers, d_model, heads, seq // cp, microbatch, dp=dp * cp,
+                                 tp=tp, pp=pp, zero_stage=z, num_microbatches=m, recompute=recompute,
+                                 expert_params=X, ep=ep)
+    with X = moe_layers * expert_parameter_bytes_per_rank(d_model, expert_d_ff, num_experts, 1, 1), the
+    expert parameters (``models.MLP`` experts with biases, replicated over tp, split ep * pp ways; 0 for a
+    dense model). ``num_params`` counts every parameter, experts included.
+
+    Returns ``{"dp", "tp", "pp", "cp", "ep", "zero_stage", "num_microbatches", "memory_per_rank",
+    "bytes_per_axis", "rows"}``: the chosen layout, its memory, what one rank sends per step on each axis,
+    and ``rows``, one dict per configuration tried, in order, with keys ``tp, cp, pp, dp, ep, zero_stage,
+    memory_per_rank, fits, reason`` (``ep``, ``zero_stage`` and ``memory_per_rank`` None for a layout
+    rejected by rule 1 or 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
+    from ``capstone_bytes_per_rank(P, num_layers, d_model, heads, d_model // heads, seq, microbatch, dp=,
+    pp=, cp=, tp=, num_microbatches=m)`` with P = num_params - X + X * tp / ep (so that its gradient bytes
+    are this rank's own, dense / (tp * pp) + experts / (ep * pp)), and "ep" =
+    ``moe_all_to_all_bytes(m * microbatch * seq / (cp * tp), d_model, top_k, ep)`` * ceil(moe_layers / pp):
+    the rank's own tokens through the MoE layers of its stage (0.0 for a dense model).
+
+    Example (Llama 3 405B: 405e9 parameters, 126 layers, h = 16384, 128 heads, 8 KV heads, 2048 nodes of 8
+    GPUs of 80e9 bytes): 2048 sequences of 8192 -> TP 8, PP 16, DP 128, ZeRO-2, 79.7e9 bytes; 128
+    sequences of 131072 -> TP 8, CP 16, PP 16, DP 8, ZeRO-2, 79.7e9 bytes.
+
+    Raises ``ValueError`` if nothing fits (naming ``gpu_memory_bytes``), for ``d_model`` not divisible by
+    ``heads``, ``kv_heads`` not dividing ``heads``, an MoE with ``expert_d_ff`` < 1, ``moe_layers``
+    outside 1..num_layers, ``top_k`` > ``num_experts`` or ``num_params`` smaller than X, and
+    ``TypeError``/``ValueError`` for bad counts or an unknown ``recompute``, naming the argument.
+    """
+    # BEGIN SOLUTION: Task 11.4 (capstone accounting)
+    per_node = _count(gpus_per_node, "gpus_per_node", minimum=1, integer=True)
+    gpus = per_node * _count(num_nodes, "num_nodes", minimum=1, integer=True)
+    batch = _count(global_batch, "global_batch", minimum=1, integer=True)
+    mb = _count(microbatch, "microbatch", minimum=1, integer=True)
+    a = _count(heads, "heads", minimum=1, integer=True)
+    g = a if kv_heads is None else _count(kv_heads, "kv_heads", minimum=1, integer=True)
+    layers = _count(num_layers, "num_layers", minimum=1, integer=True)
+    h = _count(d_model, "d_model", minimum=1, integer=True)
+    s = _count(seq, "seq", minimum=1, integer=True)
+    budget = _count(gpu_memory_bytes, "gpu_memory_bytes", minimum=1)
+    n = _count(num_params, "num_params")
+    e = _count(num_experts, "num_experts", integer=True)
+    f = _count(expert_d_ff, "expert_d_ff", integer=True)
+    moe = _count(moe_layers, "moe_layers", integer=True)
+    k = _count(top_k, "top_k", minimum=1, integer=True)
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    if h % a:
+        raise ValueError(f"d_model ({h}) must be divisible by heads ({a}): heads of d_model / heads")
+    if a % g:
+        raise ValueError(f"kv_heads ({g}) must divide heads ({a}): each key/value head serves a group")
+    if e:
+        if f < 1 or not 1 <= moe <= layers:
+            name = "expert_d_ff" if f < 1 else "moe_layers"
+            raise ValueError(f"an MoE (num_experts={e}) needs expert_d_ff >= 1 and 1 <= moe_layers <= "
+                             f"num_layers ({layers}); got {name}={f if f < 1 else moe}")  # fmt: skip
+        if k > e:
+            raise ValueError(f"top_k ({k}) must be <= num_experts ({e})")
+    experts = moe * expert_parameter_bytes_per_rank(h, f, e, 1, 1) if e else 0
+    if experts > n:
+        raise ValueError(f"num_params ({n:.4g}) must include the {experts:.4g} expert parameters")
+    candidates = _tp_pp_candidates(per_node, g, layers)
+    cps = [c for c in (2**i for i in range(gpus.bit_length())) if c == 1 or s % (2 * c) == 0]
+    rows = []
+    for cp in cps:  # rule 4: the whole search at each cp before a wider one
+        for stages in ((0, 1, 2), (3,)):  # rule 3
+            for tp, pp in candidates:  # rule 1
+                dp = gpus // (tp * cp * pp)
+                m = batch // (dp * mb) if dp else 0
+                row = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": None, "zero_stage": None, "memory_per_rank": None}
+                if not dp or dp * tp * cp * pp != gpus or batch % (dp * mb):
+                    rows.append({**row, "fits": False, "reason": f"dp * microbatch must divide the batch of {batch}"})
+                    continue
+                if pp > 1 and m < pp:
+                    rows.append({**row, "fits": False, "reason": f"{m} microbatches < {pp} stages: never fills"})
+                    continue
+                if (s // cp) % tp:
+                    rows.append({**row, "fits": False, "reason": f"seq / cp = {s // cp} does not split over tp"})
+                    continue
+                # rule 5: the smallest ep (1 for a dense model), at each the lowest ZeRO stage of this pass
+                eps = [d for d in range(1, dp * cp + 1) if dp * cp % d == 0 and max(e, 1) % d == 0]
+                for ep, zero in ((ep, zero) for ep in eps for zero in stages):
+                    sizes = dict(dp=dp * cp, tp=tp, pp=pp, zero_stage=zero, num_microbatches=m, ep=ep)
+                    memory = parallel_memory_per_rank(n, layers, h, a, s // cp, mb, recompute=recompute,
+                                                      expert_params=experts, **sizes)  # fmt: skip
+                    fits = memory <= budget
+                    reason = f"{memory / 1e9:.1f} GB {'<=' if fits else '>'} {budget / 1e9:.1f} GB"
+                    rows.append({**row, "ep": ep, "zero_stage": zero, "memory_per_rank": memory, "fits": fits,
+                                 "reason": reason})  # fmt: skip
+                    if fits:
+                        # capstone_bytes_per_rank's gradients, e * P / (tp * pp), are then this rank's own.
+                        own = n - experts + experts * tp / ep
+                        traffic = capstone_bytes_per_rank(own, layers, h, a, h // a, s, mb, dp=dp, pp=pp, cp=cp,
+                                                          tp=tp, num_microbatches=m)  # fmt: skip
+                        tokens = m * mb * s // (cp * tp)  # this rank's own tokens go through its MoE layers
+                        traffic["ep"] = moe_all_to_all_bytes(tokens, h, k, ep) * math.ceil(moe / pp) if e else 0.0
+                        return {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero,
+                                "num_microbatches": m, "memory_per_rank": memory, "bytes_per_axis": traffic,
+                                "rows": rows}  # fmt: skip
+    raise ValueError(f"no configuration fits in gpu_memory_bytes ({budget:.3g}); tried {len(rows)}")
     # END SOLUTION

@@ -114,3 +114,30 @@ BAD_INPUT = [
 def test_bad_input_names_the_argument(case):
     """A size the formulas cannot take raises naming it."""
     assert_rejected_before_communicating(run_ranks(1, bad_input_rank, "accounting", case), case)
+
+
+# ---------------------------------------------------------------------------------------------
+# plan_capstone: the planner of the 4-D (and EP) mesh
+# ---------------------------------------------------------------------------------------------
+
+# Llama 3 405B (Grattafiori et al. 2024, Table 3 and Table 4): 126 layers, h = 16384, 128 heads, 8 KV heads,
+# 16384 H100s of 80 GB; 16M tokens per step.
+LLAMA3_405B = dict(num_params=405e9, num_layers=126, d_model=16384, heads=128, gpus_per_node=8, num_nodes=2048,
+                   gpu_memory_bytes=80e9, kv_heads=8)  # fmt: skip
+
+
+def _plan(spec: dict, **more) -> tuple:
+    spec = {**spec, **more}
+    args = [spec.pop(k) for k in ("num_params", "num_layers", "d_model", "heads", "seq", "global_batch")]
+    return call("plan_capstone", *args, **spec)
+
+
+@pytest.mark.task11_4
+def test_plan_capstone_reproduces_llama3_405b():
+    """Llama 3 405B as published (its Table 4): TP 8, PP 16, DP 128 at 8k; TP 8, CP 16, PP 16, DP 8 at 128k."""
+    short, long = evaluate(_plan(LLAMA3_405B, seq=8192, global_batch=2048),
+                           _plan(LLAMA3_405B, seq=131072, global_batch=128))  # fmt: skip
+    for what, plan, want in [("8k", short, (8, 1, 16, 128)), ("128k", long, (8, 16, 16, 8))]:
+        got = tuple(plan[k] for k in ("tp", "cp", "pp", "dp"))
+        assert got == want, f"Llama 3 405B at {what}: planned (tp, cp, pp, dp) = {got}, published {want}"
+        assert plan["ep"] == 1, f"Llama 3 405B at {what} is dense: ep must be 1, got {plan['ep']}"

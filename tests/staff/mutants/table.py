@@ -1190,9 +1190,9 @@ MUTANTS = [
     Mutant(
         "accounting_planner_tp_across_nodes",
         "accounting",
-        "the planner lets TP grow past a node (up to every GPU) before pipelining",
+        "the planner lets TP grow past a node (up to the heads) before pipelining",
         old="tps = [t for t in (2**i for i in range(per_node.bit_length())) if t <= per_node and heads % t == 0]",
-        new="tps = [t for t in (2**i for i in range(gpus.bit_length())) if t <= gpus and heads % t == 0]",
+        new="tps = [t for t in (2**i for i in range(heads.bit_length())) if heads % t == 0]",
         caught_by=PLANNER("::test_planner_keeps_tp_inside_a_node_and_grows_pp_across_nodes", "TP crosses nodes"),
     ),
     Mutant(
