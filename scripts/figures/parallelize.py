@@ -14,12 +14,15 @@ scripts/tools/trace.py, each call coloured by the mesh axis of its group.
 from __future__ import annotations
 
 import argparse
+import tempfile
+import time
 from pathlib import Path
 
 from matplotlib import pyplot as plt
+from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch, Rectangle
 
-from scripts.figures.palette import AXES, COMM, FIGURE_DIR, IDLE, NOTE, SPARE, arrow, save
+from scripts.figures.palette import AXES, COMM, FIGURE_DIR, IDLE, NOTE, SPARE, WORK, arrow, save
 
 # The mesh axes' colours: Part 7's three, and the two this part adds.
 MESH = {**AXES, "cp": "tab:purple", "ep": "tab:brown"}
@@ -186,12 +189,146 @@ def draw_mesh_blocks(path: Path) -> Path:
     return save(fig, path)
 
 
+# -- one training step's timeline, from a trace -------------------------------------------------------
+
+STEP_MESH = {"dp": 1, "pp": 2, "cp": 1, "tp": 2}  # 4 ranks: rank = 2·pp + tp
+STEP_BATCH, STEP_SEQ, STEP_MICROBATCHES = 8, 32, 4
+TINT = {k: tuple(1 - 0.3 * (1 - c) for c in to_rgb(WORK[k])) for k in "FB"}  # pale forward, backward
+
+
+def one_training_step(ctx, directory: str) -> dict:
+    """Every rank: parallelize a small model on STEP_MESH, take one warm-up step, then record the next one
+    (CommRecorder, writing its rank file under ``directory`` as CS336_TRACE=DIR does) with the wall-clock
+    span of every chunk's forward and backward (module and tensor hooks) and of the optimizer step."""
+    import torch
+
+    from cs336_systems.transformer import CharTokenizer, Transformer, TransformerConfig, get_batch, make_corpus
+    from tests.harness import trace as _trace
+    from tests.harness.recorder import CommRecorder
+
+    torch.manual_seed(0)
+    M, P = ctx.load("mesh"), ctx.load("parallelize")
+    mesh = M.ProcessMesh(STEP_MESH)
+    cfg = TransformerConfig(d_model=64, n_layers=4, n_heads=4, n_kv_heads=2, d_ff=128)
+    pt = P.parallelize(Transformer(cfg, seed=0), mesh, num_microbatches=STEP_MICROBATCHES, lr=1e-3)
+    data = CharTokenizer().encode(make_corpus(20_000))
+    marks: list[tuple[str, float, float]] = []
+    open_marks: dict[str, float] = {}
+    count = {"F": 0, "B": 0}
+
+    def begin(kind: str) -> None:
+        open_marks[kind] = time.perf_counter()
+
+    def end(kind: str) -> None:
+        if kind in open_marks:
+            marks.append((f"{kind}{count[kind]}", open_marks.pop(kind), time.perf_counter()))
+            count[kind] += 1
+
+    def on_input(_module, args):
+        begin("F")
+        if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            args[0].register_hook(lambda g: end("B"))  # the gradient of the chunk's input: its backward ends
+
+    def on_output(_module, _args, out):
+        end("F")
+        if out.requires_grad:
+            out.register_hook(lambda g: begin("B"))  # the gradient of its output arrives: its backward starts
+
+    for chunk in pt.chunks:  # a chunk's first block, not the embedding: its input carries a gradient
+        layers = list(chunk.children())
+        first = next(m for m in layers if isinstance(m, P.ParallelBlock))
+        first.register_forward_pre_hook(on_input)
+        layers[-1].register_forward_hook(on_output)
+    step = pt.optimizer.step
+
+    def timed_step(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = step(*args, **kwargs)
+        marks.append(("AdamW", t0, time.perf_counter()))
+        return out
+
+    pt.optimizer.step = timed_step
+    batches = [get_batch(data, STEP_BATCH, STEP_SEQ, step, seed=0) for step in range(2)]
+    pt.train_step(*batches[0])  # warm-up: first calls allocate and build caches
+    marks.clear()
+    count.update(F=0, B=0)
+    torch.distributed.barrier()
+    start, saved = time.perf_counter(), _trace.TRACE_DIR
+    _trace.TRACE_DIR = directory  # what CS336_TRACE=DIR sets at import: the recorder writes its rank file
+    try:
+        with CommRecorder():
+            pt.train_step(*batches[1])
+    finally:
+        _trace.TRACE_DIR = saved
+    return {"coords": mesh.coords(), "marks": marks, "start": start}
+
+
+def _axis_of_groups(shape: dict[str, int]) -> dict[tuple[int, ...], str]:
+    """{the global ranks of a slice: its axis} for every axis of size > 1, laid out as ``ProcessMesh`` does
+    (row-major, last axis fastest)."""
+    import numpy as np
+
+    grid = np.arange(int(np.prod(list(shape.values())))).reshape(list(shape.values()))
+    return {tuple(ranks): axis for i, (axis, n) in enumerate(shape.items()) if n > 1
+            for ranks in np.moveaxis(grid, i, -1).reshape(-1, n).tolist()}  # fmt: skip
+
+
+def draw_step_timeline(path: Path, impl: str | None = None) -> Path:
+    """One training step of ``impl``'s ``parallelize`` on pp2 × tp2 (4 gloo ranks), from its communication
+    trace: one row per rank, forward and backward of each microbatch shaded, each call coloured by the mesh
+    axis of its group (tp red, pp blue)."""
+    from scripts.bench.common import default_impl
+    from scripts.tools.trace import draw_rows, rows_of
+    from tests.harness import run_ranks
+    from tests.harness.pool import shutdown_pools
+    from tests.harness.trace import merge_test_trace
+
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            outs = run_ranks(4, one_training_step, directory, impl=impl or default_impl(), deadline=120)
+        finally:
+            shutdown_pools()
+        origin = min(o["start"] for o in outs)
+        trace = merge_test_trace(directory, "capstone_step_timeline", [("step", origin, origin)])
+        ranks = [events for name, events in rows_of(trace) if name.startswith("rank")]  # ranks 0, 1, ...
+    by_group = _axis_of_groups(STEP_MESH)
+    rows = []
+    for r, (events, out) in enumerate(zip(ranks, outs)):
+        calls = [e for e in events if e["cat"] != "phase"]  # not the recorded region: the whole step
+        for e in calls:  # an async send/recv at the moment it was posted (its wait comes at the step's end)
+            e["dur"] = 1.0 if e["args"]["async"] else e["dur"]
+            e["tid"] = 2 if by_group.get(tuple(e["args"]["group"])) == "pp" else 1  # pp below tp
+        phases = [{"name": label, "cat": "phase", "ts": (t0 - origin) * 1e6, "dur": (t1 - t0) * 1e6}
+                  for label, t0, t1 in out["marks"]]  # fmt: skip
+        rows.append((f"rank {r}\npp {out['coords']['pp']}, tp {out['coords']['tp']}", phases + calls))
+    end_ms = max((e["ts"] + e["dur"]) / 1e3 for _, events in rows for e in events)
+
+    def colour(e: dict) -> str:
+        return MESH.get(by_group.get(tuple(e["args"]["group"]), ""), COMM)
+
+    def phase_colour(e: dict) -> str:
+        return TINT.get(e["name"][0], IDLE)
+
+    fig, ax = plt.subplots(figsize=(12, 4.2))
+    draw_rows(ax, rows, colour=colour, phase_colour=phase_colour, min_ms=end_ms / 400)
+    ax.set_xlim(0, end_ms * 1.01)
+    ax.set_yticks(range(len(rows)), [label for label, _ in rows], fontsize=8)
+    ax.set_xlabel("ms since the step started (wall clock, 4 gloo processes on a CPU)", fontsize=8)
+    ax.set_title(f"one train_step of parallelize on pp2 × tp2 ({STEP_MICROBATCHES} microbatches, 1F1B)", fontsize=10)
+    handles = [Patch(facecolor=TINT["F"], edgecolor="grey", label="forward of microbatch i (Fi)"),
+               Patch(facecolor=TINT["B"], edgecolor="grey", label="backward (Bi)"),
+               Patch(facecolor=IDLE, edgecolor="grey", label="AdamW step"),
+               Patch(facecolor=MESH["tp"], edgecolor="black", label="call on a tp group"),
+               Patch(facecolor=MESH["pp"], edgecolor="black", label="send/recv on a pp group")]  # fmt: skip
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=5, fontsize=7.5, frameon=False)
+    fig.tight_layout()
+    return save(fig, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=FIGURE_DIR, help="folder (default handouts/figures/)")
+    parser.add_argument("--impl", default=None, help="whose parallelize to trace (default: the reference if present)")
     args = parser.parse_args()
     print(draw_mesh_blocks(args.out_dir / "capstone_mesh_blocks.png"))
-
-
-if __name__ == "__main__":
-    main()
+    print(draw_step_timeline(args.out_dir / "capstone_step_timeline.png", impl=args.impl))

@@ -43,4 +43,5 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "checkpoint_resharding.png": checkpoint.draw_resharding,
     "fault_tolerance_recovery.png": fault_tolerance.draw_recovery,
     "capstone_mesh_blocks.png": parallelize.draw_mesh_blocks,  # 11-capstone
+    "capstone_step_timeline.png": parallelize.draw_step_timeline,
 }

@@ -38,26 +38,39 @@ def rows_of(path: Path) -> list[tuple[str, list[dict]]]:
     return [(str(names.get(pid, pid)), events) for pid, events in sorted(by_pid.items())]
 
 
-def draw(rows: list[tuple[str, list[dict]]], out: Path, title: str = "") -> None:
-    fig, ax = plt.subplots(figsize=(11, 0.7 * len(rows) + 1.4))
-    ax.set_title(title, fontsize=8)
-    for y, (name, events) in enumerate(rows):
+def call_colour(event: dict) -> str:
+    """A communication call's colour: orange when made inside backward, blue otherwise."""
+    return "tab:orange" if event["cat"] == "backward" else "tab:blue"
+
+
+def draw_rows(ax, rows: list[tuple[str, list[dict]]], colour=call_colour, phase_colour=lambda e: "lightgrey",
+              min_ms: float = 0.0) -> None:  # fmt: skip
+    """Draw ``rows`` (from ``rows_of``) on ``ax``, one row per process, top to bottom: each phase or recorded
+    region a full-height bar (``phase_colour(event)``), each call a bar in its sub-row (``colour(event)``), at
+    least ``min_ms`` wide (a synchronous call lasts a microsecond in the trace)."""
+    for y, (_, events) in enumerate(rows):
         lanes = max([e["tid"] for e in events if e["cat"] != "phase"] + [1])
         for e in events:
             ms, dur = e["ts"] / 1e3, e["dur"] / 1e3
             if e["cat"] == "phase":
-                ax.barh(y, dur, left=ms, height=0.8, color="lightgrey", edgecolor="grey", lw=0.3)
+                ax.barh(y, dur, left=ms, height=0.8, color=phase_colour(e), edgecolor="grey", lw=0.3)
                 ax.text(ms, y - 0.42, e["name"], fontsize=6, va="bottom", color="dimgrey")
                 continue
             lane = max(e["tid"], 1) - 1  # sub-row for overlapping async calls
             height = 0.6 / lanes
-            colour = "tab:orange" if e["cat"] == "backward" else "tab:blue"
-            ax.barh(y - 0.3 + height * (lane + 0.5), dur, left=ms, height=height * 0.9, color=colour,
-                    edgecolor="black", lw=0.3)  # fmt: skip
-        calls = [e for e in events if e["cat"] != "phase"]
-        print(f"{name}: {len(calls)} calls, {sum(e['cat'] == 'backward' for e in calls)} in backward")
+            ax.barh(y - 0.3 + height * (lane + 0.5), max(dur, min_ms), left=ms, height=height * 0.9,
+                    color=colour(e), edgecolor="black", lw=0.3)  # fmt: skip
     ax.set_yticks(range(len(rows)), [n for n, _ in rows], fontsize=7)
     ax.invert_yaxis()
+
+
+def draw(rows: list[tuple[str, list[dict]]], out: Path, title: str = "") -> None:
+    fig, ax = plt.subplots(figsize=(11, 0.7 * len(rows) + 1.4))
+    ax.set_title(title, fontsize=8)
+    draw_rows(ax, rows)
+    for name, events in rows:
+        calls = [e for e in events if e["cat"] != "phase"]
+        print(f"{name}: {len(calls)} calls, {sum(e['cat'] == 'backward' for e in calls)} in backward")
     ax.set_xlabel("ms since the test started (orange: made inside backward; grey: recorded regions and phases)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
