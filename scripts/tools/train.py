@@ -6,10 +6,12 @@
 
 Runs the same training twice from the same seed and batches: once in this process (the dense model, the
 whole batch) and once on the mesh (``parallelize(model, mesh).train_step`` on every rank), prints the
-progress of both, plots the two loss curves (out/train_<mesh>.png: they coincide; in float32 only up to
-rounding in a different order, which Adam amplifies over hundreds of steps into a visible drift of the
-per-batch losses; ``--dtype float64`` keeps them within ~1e-8) and samples text from the trained
-parallel model (its pieces gathered back into the dense layout). Axes missing from ``--mesh`` have size 1;
+progress of both, plots the loss curves (out/train_<mesh>.png) and samples text from the trained
+parallel model (its pieces gathered back into the dense layout). The curves coincide; in float32 only up
+to rounding in another order, which training amplifies from a few tens of steps on into a visible drift
+of the per-batch losses. A third curve shows that this is rounding's own doing: one process again, from
+weights nudged by one unit in the last place, drifts from the first as far as the mesh does
+(``--no-nudged`` skips it). ``--dtype float64`` keeps all within ~1e-8. Axes missing from ``--mesh`` have size 1;
 the mesh is laid out dp, fsdp, pp, ep, cp, tp (an fsdp axis means HSDP: FSDP within it, replicas across dp).
 """
 
@@ -54,9 +56,17 @@ def _hyper(args) -> dict:
     return {"lr": args.lr, "weight_decay": args.weight_decay}
 
 
-def dense_run(cfg: TransformerConfig, data: torch.Tensor, args) -> list[float]:
-    """The single-process baseline: the whole model, the whole batch, AdamW."""
+def dense_run(cfg: TransformerConfig, data: torch.Tensor, args, *, nudge: bool = False) -> list[float]:
+    """The single-process baseline: the whole model, the whole batch, AdamW. ``nudge``: every initial
+    weight moved by about one unit in the last place first (x(1 ± 2^-24)), to show how far rounding alone
+    carries the same training."""
     model = Transformer(cfg, seed=args.seed).to(DTYPES[args.dtype])
+    if nudge:
+        signs = torch.Generator().manual_seed(args.seed + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + 2.0**-24 * (torch.randint(0, 2, p.shape, generator=signs) * 2 - 1).to(p.dtype))
+    label = "one process, nudged" if nudge else "one process"
     opt = torch.optim.AdamW(model.parameters(), **_hyper(args))
     losses, start = [], time.perf_counter()
     for step in range(args.steps):
@@ -67,7 +77,7 @@ def dense_run(cfg: TransformerConfig, data: torch.Tensor, args) -> list[float]:
         opt.step()
         losses.append(loss.item())
         if step % args.log_every == 0 or step == args.steps - 1:
-            print(f"  one process  step {step:4d}/{args.steps}  loss {losses[-1]:.4f}  "
+            print(f"  {label}  step {step:4d}/{args.steps}  loss {losses[-1]:.4f}  "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)  # fmt: skip
     return losses
 
@@ -112,10 +122,22 @@ def assemble(outs: list[dict], shape: dict[str, int]) -> dict[str, torch.Tensor]
     return full
 
 
-def plot(path, args, dense: list[float], parallel: list[float]):
+def report_gaps(what: str, dense: list[float], other: list[float]) -> None:
+    """How far ``other``'s losses are from the one-process run's: at step 0, at most, and from when."""
+    gaps = [abs(a - b) for a, b in zip(dense, other)]
+    apart = next((i for i, g in enumerate(gaps) if g > 1e-3), None)
+    print(
+        f"|loss difference| of {what} from one process: step 0 {gaps[0]:.1e}, largest {max(gaps):.1e}"
+        + (f"; above 1e-3 from step {apart} on" if apart is not None else "")
+    )
+
+
+def plot(path, args, dense: list[float], parallel: list[float], nudged: list[float] | None):
     def draw(ax):
         ax.plot(dense, label="one process, whole batch", lw=3, alpha=0.5)
         ax.plot(parallel, label=f"parallelize on {args.mesh} ({args.impl})", lw=1.2, ls="--")
+        if nudged is not None:
+            ax.plot(nudged, label="one process, initial weights nudged by one ulp", lw=0.8, ls=":", color="grey")
         ax.set(xlabel="step", ylabel="loss (nats / character)", title=f"The same training on {args.mesh}")
         ax.legend()
 
@@ -148,6 +170,12 @@ def main(argv=None) -> int:
         help="float64: the curves agree to ~1e-12, not just to float32's drift (slower)",
     )
     ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument(
+        "--no-nudged",
+        dest="nudged",
+        action="store_false",
+        help="float32: skip the third run (one process from weights nudged by one ulp) that shows rounding's own drift",
+    )
     ap.add_argument("--sample", type=int, default=200, help="characters of text to sample at the end (default 200)")
     args = ap.parse_args(argv)
     shape = parse_mesh(args.mesh)
@@ -164,14 +192,14 @@ def main(argv=None) -> int:
     parallel = next(o["losses"] for o in outs if o["losses"][0] is not None)
     print("one process on the whole batch:")
     dense = dense_run(cfg, data, args)
-    gaps = [abs(a - b) for a, b in zip(dense, parallel)]
-    apart = next((i for i, g in enumerate(gaps) if g > 1e-3), None)
-    print(
-        f"|loss difference|: step 0 {gaps[0]:.1e}, largest {max(gaps):.1e}"
-        + (f"; above 1e-3 from step {apart} on (rounding amplified by Adam, see --dtype float64)" if apart else "")
-    )
+    report_gaps("the mesh", dense, parallel)
+    nudged = None
+    if args.dtype == "float32" and args.nudged:
+        print("one process again, every initial weight nudged by one ulp (how far rounding alone goes):")
+        nudged = dense_run(cfg, data, args, nudge=True)
+        report_gaps("the nudged run", dense, nudged)
     suffix = "" if args.dtype == "float32" else f"_{args.dtype}"
-    path = plot(args.out / f"train_{args.mesh.replace(',', '_')}{suffix}.png", args, dense, parallel)
+    path = plot(args.out / f"train_{args.mesh.replace(',', '_')}{suffix}.png", args, dense, parallel, nudged)
     print(f"wrote {path}")
     model = Transformer(cfg, seed=args.seed).to(DTYPES[args.dtype])
     model.load_state_dict(assemble(outs, shape))
