@@ -6,9 +6,11 @@ and one training step's communication, from a real trace (capstone_step_timeline
 
 ``draw_mesh_blocks`` is drawn from the reference's choices (reference_solutions/parallelize.py): the
 sizes are the default ``TransformerConfig`` (H = 6 query heads, K = 2 key/value heads) on tp = cp = pp = 2.
-``draw_step_timeline`` runs the reference's ``parallelize(...).train_step`` on 4 gloo ranks (pp2 × tp2,
-a small model), records the second step with the tests' ``CommRecorder`` and draws it with
-scripts/tools/trace.py, each call coloured by the mesh axis of its group.
+``draw_step_timeline`` runs the reference's ``parallelize(...).train_step`` on 4 gloo ranks of the test
+harness (pp2 × tp2, a small model; ``--impl student`` for yours), records three steps after a warm-up with
+the tests' ``CommRecorder`` as ``--comm-trace`` does, and draws the quickest with scripts/tools/trace.py,
+each call coloured by the mesh axis of its group. It takes ~7 s on an idle 2-core machine (starting the
+ranks is most of it); its times differ from run to run, its shape does not.
 """
 
 from __future__ import annotations
@@ -199,9 +201,10 @@ TINT = {k: tuple(1 - 0.3 * (1 - c) for c in to_rgb(WORK[k])) for k in "FB"}  # p
 
 
 def one_training_step(ctx, directory: str) -> dict:
-    """Every rank: parallelize a small model on STEP_MESH, take one warm-up step, then record the next one
-    (CommRecorder, writing its rank file under ``directory`` as CS336_TRACE=DIR does) with the wall-clock
-    span of every chunk's forward and backward (module and tensor hooks) and of the optimizer step."""
+    """Every rank: parallelize a small model on STEP_MESH, take one warm-up step, then record STEP_TRIES
+    steps (CommRecorder, writing step i's rank file under ``directory``/step<i> as CS336_TRACE=DIR does),
+    with the wall-clock span of every chunk's forward and backward (module and tensor hooks) and of the
+    optimizer step. Returns the rank's coordinates and, per recorded step, its spans, start and end."""
     import torch
 
     from cs336_systems.transformer import CharTokenizer, Transformer, TransformerConfig, get_batch, make_corpus
@@ -342,3 +345,7 @@ def main() -> None:
     args = parser.parse_args()
     print(draw_mesh_blocks(args.out_dir / "capstone_mesh_blocks.png"))
     print(draw_step_timeline(args.out_dir / "capstone_step_timeline.png", impl=args.impl))
+
+
+if __name__ == "__main__":
+    main()
