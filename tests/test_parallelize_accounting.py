@@ -293,6 +293,15 @@ def bad(exception: str, bad_call: tuple, names: str) -> BadInput:
 
 
 _MESH = {"dp": 1, "pp": 1, "cp": 1, "tp": 1, "num_microbatches": 1}
+_MOE = {"num_experts": 4, "expert_d_ff": 32, "moe_layers": 2, "top_k": 2}
+
+
+def _small_plan(**changed) -> tuple:
+    """plan_capstone of a 4-layer model on 2 nodes of 2 GPUs, with ``changed`` arguments."""
+    return _plan({**SMALL, "num_layers": 4, "num_params": 1e6, "seq": 64, "global_batch": 8, "gpus_per_node": 2,
+                  "gpu_memory_bytes": 1e9, **changed})  # fmt: skip
+
+
 BAD_INPUT = [
     bad("ValueError", call("transformer_num_params", 40, 30, 2, 4, 2, 64), "d_model"),
     bad("ValueError", call("transformer_num_params", 40, 32, 2, 4, 3, 64), "n_heads"),
@@ -301,6 +310,12 @@ BAD_INPUT = [
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 63, 1, **{**_MESH, "cp": 2}), "seq"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 96, 1, **{**_MESH, "tp": 3}), "n_heads"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 64, 1, **{**_MESH, "dp": 0}), "dp"),
+    bad("ValueError", _small_plan(kv_heads=3), "kv_heads"),
+    bad("ValueError", _small_plan(**{**_MOE, "moe_layers": 5}), "moe_layers"),
+    bad("ValueError", _small_plan(**{**_MOE, "top_k": 5}), "top_k"),
+    bad("ValueError", _small_plan(**{**_MOE, "expert_d_ff": 0}), "expert_d_ff"),
+    bad("ValueError", _small_plan(num_params=1e12), "gpu_memory_bytes"),
+    bad("TypeError", _small_plan(num_nodes=2.0), "num_nodes"),
 ]
 
 
