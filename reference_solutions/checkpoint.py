@@ -453,7 +453,8 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True, exist_ok=True)
-    _all_gather_object(None, group, world)  # the folder exists and is empty from here on
+    if world > 1:
+        dist.barrier(group=group)  # the folder exists and is empty from here on
     # Write this rank's boxes, then its objects, into one file (temporary name, fsync, rename).
     entries: list[dict] = []
 
