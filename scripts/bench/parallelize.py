@@ -34,7 +34,7 @@ launch: parameters, gradients, optimizer state, activations and the runtime; on 
 and the ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faster). On CUDA the
 memory column is ``torch.cuda.max_memory_allocated`` during the scheme's two runs and a last column gives our run's MFU
 (``accounting.mfu``: 6ND FLOPs per token against ``--peak-tflops`` per GPU; not yet run on a GPU).
-The default took 50 s on a 2-core machine (load average 7, shared). Writes out/bench_parallelize.{csv,png}.
+The default took 54 s on a 2-core machine (load average 8, shared). Writes out/bench_parallelize.{csv,png}.
 """
 
 from __future__ import annotations
@@ -264,7 +264,9 @@ def bench_rank(rank: int, world_size: int, device, *, impl: str, schemes, args) 
                     first[name].append(_mean_loss(loss[0], world_size))
                 if r >= args.warmup:
                     times[name].append(t)
-        out.setdefault(scheme, {}).update({"times": times, "peak_mb": _peak_mb(device), "first_loss": first})
+        peak = torch.tensor([_peak_mb(device)], dtype=torch.float64, device=device)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # every rank knows the max (under torchrun, rank 0 prints)
+        out.setdefault(scheme, {}).update({"times": times, "peak_mb": peak.item(), "first_loss": first})
     return out
 
 
@@ -352,7 +354,7 @@ def main(argv=None) -> int:
                       " the two runs do not compute the same thing")  # fmt: skip
         ours = r0["times"]["ours"]
         theirs = r0["times"].get("torch")
-        peak = max(r["peak_mb"] for r in results[scheme])
+        peak = results[scheme][0]["peak_mb"]  # already the max over ranks
         row = [scheme, tokens / statistics.median(ours)]
         if theirs:
             low, high = ratio_interval(theirs, ours)
