@@ -32,6 +32,7 @@ SOURCES = Path(key.__file__).resolve().parent
 
 
 def test_the_committed_key_passes_its_check():
+    """The committed key passes `answer_key --check`: every answer recomputes, every rubric applies."""
     assert key.problems(load_rubric(), key.load_sections()) == []
 
 
@@ -49,6 +50,7 @@ def test_a_name_bound_twice_is_caught():
 
 
 def test_every_key_file_binds_each_name_once():
+    """No key file binds a name twice (the 5.5 bug: a later problem's inputs overwrote an earlier one's)."""
     for path in sorted(SOURCES.glob("part[0-9][0-9].py")):
         assert key.reused_names(path.read_text()) == [], path.name
 
@@ -96,6 +98,7 @@ def _simulate(p: int, m: int, actions_of, v: int = 1, fwd: float = 1.0, bwd: flo
 
 
 def test_problem_5_5_m_and_memory_follow_from_the_schedules():
+    """5.5's m is the fewest microbatches whose GPipe bubble is under the bound; its memory ratio, the peaks'."""
     from scripts.grading.answer_key import part05 as k
 
     p, m = k.P16, k.M_FOR_P16
@@ -108,6 +111,7 @@ def test_problem_5_5_m_and_memory_follow_from_the_schedules():
 
 
 def test_problems_5_1_and_5_2_follow_from_the_schedules():
+    """5.1's GPipe bubble and 5.2's 1F1B peaks are what the reference's schedules do in the simulator."""
     from scripts.grading.answer_key import part05 as k
 
     bubble, _ = _simulate(k.P, k.M, lambda s: pl.gpipe_schedule(k.P, k.M, s))
@@ -182,6 +186,7 @@ def test_a_question_without_a_number_its_answer_uses_is_caught():
 
 
 def test_an_answer_with_a_result_must_declare_its_inputs():
+    """An answer with a number must name the inputs it came from, in the question's text; one without needs none."""
     bare = key.Problem("1", "t", 1, "It takes **8.9 days**.", rubric=((1, "x"),))
     assert key.missing_numbers(bare, "1. How long?")
     assert key.missing_numbers(key.Problem("1", "t", 1, "Explain it.", rubric=((1, "x"),)), "1. Why?") == []
@@ -200,6 +205,7 @@ def test_an_answer_with_a_result_must_declare_its_inputs():
     ],
 )
 def test_a_rubric_a_grader_cannot_apply_is_caught(rubric, wrong, answer, expected):
+    """Rubric lines a grader cannot apply (finer than a quarter point, two criteria in one, vague) are caught."""
     p = key.Problem("1", "t", sum(pts for pts, _ in rubric), answer, rubric=rubric, wrong=wrong)
     found = key.rubric_problems(p)
     assert any(expected in f for f in found), found

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.staff
 
 # script -> arguments that keep it to a few seconds; the defaults are for measuring.
 SMALLEST = {
-    "parallelize": "--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --batch 4 --seq 16 --steps 1 --warmup 0",
+    "parallelize": "--d-model 32 --layers 2 --heads 4 --kv-heads 2 --d-ff 64 --batch 4 --seq 16 --steps 1 --warmup 0 "
+    "--microbatches 2",  # 2: pp2xfsdp2 runs too (4 rows over dp 2 x 2 microbatches)
     "checkpoint": "--world-sizes 1,2 --sizes-mb 1 --rounds 1",
     "collectives": "--world-sizes 1,2,3 --samples 2 --max-size 16384",  # 1: a one-GPU node
     "context_parallel": "--world-sizes 1,2 --seqs 64 --heads 2 --head-dim 8 --iters 1 --warmup 0",

@@ -32,6 +32,7 @@ def kit_copy(tmp_path, monkeypatch):
 
 
 def test_the_committed_docs_are_current():
+    """The README's and the guide's generated numbers match the rubric as committed."""
     stale = [s for s in points.sync(load_rubric(), write=False) if "README" in s or "grading.md" in s]
     assert stale == [] and points.doc_problems(load_rubric()) == []
 
@@ -51,6 +52,7 @@ def test_the_committed_docs_are_current():
     ids=["guide-total", "guide-budget", "readme-hours", "handout-heading"],
 )
 def test_a_typed_number_that_drifts_is_caught_and_rewritten(kit_copy, path, old, new):
+    """A generated number edited by hand is reported by `points --check` and put back by `--write`."""
     target = kit_copy / path
     text = target.read_text()
     planted = re.sub(old, new, text, count=1)
@@ -72,6 +74,7 @@ def test_the_hours_are_the_sums_of_the_workload_lines(kit_copy):
 
 
 def test_an_unknown_inline_number_is_an_error(kit_copy):
+    """An inline number with a name the generator does not know (a typo) is an error, not left alone."""
     guide = kit_copy / "handouts" / "grading.md"
     guide.write_text(guide.read_text() + "\n<!--=autogarded-->3<!--/-->\n")
     assert any("autogarded" in p for p in points.doc_problems(load_rubric()))

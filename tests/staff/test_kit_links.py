@@ -35,12 +35,14 @@ def kit457(tmp_path_factory):
 
 @pytest.mark.parametrize("parts", [None, "4,7", "2,6", "10"], ids=["full", "kit-4-7", "kit-2-6", "kit-10"])
 def test_a_release_has_no_dead_link_missing_command_or_staff_name(tmp_path, parts):
+    """A release of these parts has no dead link, no command or module it lacks, and no staff name."""
     out = tmp_path / "release"
     cut.write_release(out, subset.parse_parts(parts))
     assert cut.kit_problems(out) == []
 
 
 def test_the_advanced_kit_names_only_its_own_commands_and_says_what_is_given(kit457):
+    """The 4+5+7 kit's README runs only its own tests, ships the ground rules, and names what is given."""
     assert cut.kit_problems(kit457) == []
     readme = (kit457 / "README.md").read_text()
     assert "tests/test_collectives.py" not in readme and "tests/test_ddp.py" not in readme
@@ -66,6 +68,7 @@ def test_the_newcomer_walk_runs_the_kits_own_commands(kit457):
 
 
 def test_the_submission_tool_zips_what_the_kit_student_writes(kit457, tmp_path):
+    """The kit's submission tool zips exactly the modules its student writes and says which are given."""
     out = tmp_path / "submission.zip"
     run = subprocess.run([sys.executable, "-m", "scripts.tools.submission", "--out", str(out)], cwd=kit457,
                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(kit457)})  # fmt: skip
@@ -93,6 +96,7 @@ def test_the_submission_tool_zips_what_the_kit_student_writes(kit457, tmp_path):
     ids=["missing-test", "staff-link", "missing-module", "staff-name", "no-ground-rules", "build", "egg-info"],
 )
 def test_each_kit_mistake_is_caught(tmp_path, plant, expected):
+    """Each planted kit mistake (a dead link, a missing command or module, a staff name) is reported."""
     out = tmp_path / "kit"
     cut.write_release(out, frozenset({4, 5, 7}))
     plant(out)
@@ -101,6 +105,7 @@ def test_each_kit_mistake_is_caught(tmp_path, plant, expected):
 
 
 def test_a_handout_link_to_a_part_outside_the_kit_becomes_plain_text():
+    """A link to a handout the kit lacks becomes plain text naming the part; links inside the kit stay."""
     text = "See [§3.3](03-zero.md#33-fsdp) and handouts/02-ddp.md; [§1.0](01-collectives.md#10-ground-rules-all-tasks)."
     got = subset.kit_markdown(text, {"handouts/05-pipeline.md", "handouts/ground-rules.md"}, "handouts")
     assert got == ("See §3.3 (Part 3's handout, not in this kit) and Part 2's handout (not in this kit); "

@@ -75,6 +75,7 @@ def test_a_later_task_failed_by_the_same_students_comes_after_the_earlier_one():
 
 
 def test_a_case_marked_with_two_tasks_says_so():
+    """A case marked with two tasks is one dashboard row named after both (2.3+2.4), counted once."""
     results = {"a": _results(0, [_entry("test_wrap", [("w2-x", ["2.3", "2.4"], "AssertionError: no")])])}
     (task,) = summarize(results)["tasks"]
     assert task["task"] == "2.3+2.4" and task["students_failing"] == 1

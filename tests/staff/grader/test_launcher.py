@@ -33,6 +33,7 @@ def _freeze_then_write(rank, folder: str) -> int:
 # Not understood yet; kept as a non-strict xfail so that it reports without failing CI (session note).
 @pytest.mark.xfail(strict=False, reason="a continued rank may run one more line before SIGUSR1 ends it")
 def test_a_frozen_rank_at_the_deadline_is_killed_after_its_stack_without_running_on():
+    """A rank frozen at the deadline gives its stack and is killed, never running on to write its file."""
     with tempfile.TemporaryDirectory() as folder:
         outcomes = launcher.launch(_freeze_then_write, 2, folder, deadline=2.0, grace=0.5)
         frozen = outcomes[1]

@@ -25,6 +25,7 @@ HERE = Path(__file__).parent
 
 
 def test_mutant_ids_are_unique_and_name_no_file_of_this_folder():
+    """Mutant ids are unique and none is the name of a file here (pytest -k would pick the file too)."""
     ids = [m.id for m in MUTANTS]
     assert len(ids) == len(set(ids)), f"ids used twice: {sorted({i for i in ids if ids.count(i) > 1})}"
     taken = {p.stem for p in HERE.iterdir()}
