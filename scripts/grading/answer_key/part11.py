@@ -24,6 +24,18 @@ BYTES_8K = acc.capstone_bytes_per_rank(P405, L405, H405, A405, HD405, 8192, 1, d
 BYTES_128K = acc.capstone_bytes_per_rank(P405, L405, H405, A405, HD405, 131072, 1, dp=8, pp=16, cp=16, tp=8,
                                          num_microbatches=16)  # fmt: skip
 BUBBLE_16 = acc.pipeline_bubble_fraction(16, 16)
+BUBBLE_M1 = acc.pipeline_bubble_fraction(16, 1)  # PP 16 with one microbatch per replica (128k without CP)
+# Part 7's planner extended to CP (plan_capstone), on the same cluster; the layouts it picks.
+CLUSTER_405 = dict(gpus_per_node=8, num_nodes=2048, gpu_memory_bytes=80e9, kv_heads=G405)
+PLAN_8K = acc.plan_capstone(P405, L405, H405, A405, 8192, 2048, **CLUSTER_405)
+PLAN_128K = acc.plan_capstone(P405, L405, H405, A405, 131072, 128, **CLUSTER_405)
+
+
+def layout(plan: dict) -> str:
+    """'TP 8 × CP 16 × PP 16 × DP 8, ZeRO-2' (CP only when > 1)."""
+    axes = [f"{a.upper()} {plan[a]}" for a in ("tp", "cp", "pp", "dp") if a != "cp" or plan[a] > 1]
+    return " × ".join(axes) + f", ZeRO-{plan['zero_stage']}"
+
 
 # 3. The ring with the repeated heads (H/T = 16 per rank) against the KV heads only (K/T = 1 per rank).
 RING_REPEATED = acc.ring_attention_bytes_per_rank(131072, 1, A405 // 8, HD405, 16)
@@ -47,12 +59,17 @@ cut it). TP 8 × CP 16 × PP 16 × DP 8 at 128k (128/8 = 16 microbatches): with 
 ranks are data-parallel for the weights) brings it to **{nbytes(MEM_128K_DPCP)}**. Bytes: tp
 **{nbytes(BYTES_128K["tp"])}**, cp **{nbytes(BYTES_128K["cp"])}** (ring + gradient all-reduce), pp
 **{nbytes(BYTES_128K["pp"])}**, dp **{nbytes(BYTES_128K["dp"])}**.
-(c) TP stops at 8: its {nbytes(BYTES_8K["tp"])} per step must ride NVLink (one node of 8); TP 16 would cross
-nodes (and its memory, {nbytes(MEM_TP16)}, barely moves since activations dominate). PP rather than more DP:
-the model states of 405 B (16 B/param ≈ 6.5 TB) must be split 128 ways before any data parallelism helps, and
-PP's traffic ({nbytes(BYTES_8K["pp"])}) is the smallest of all axes, so it goes across nodes. CP only at 128k:
-without it one 131072-token sequence's activations need {nbytes(MEM_128K_NO_CP)}+ of activations per rank even
-at m = 1; at 8k CP would only add ring traffic.""",
+(c) `plan_capstone` finds both: **{layout(PLAN_8K)}** at 8k and **{layout(PLAN_128K)}** at 128k
+({nbytes(PLAN_128K["memory_per_rank"])}, ZeRO over dp·cp). TP stops at 8: its {nbytes(BYTES_8K["tp"])} per step
+must ride NVLink inside a node of 8 (at 50 GB/s between nodes it alone would take
+{BYTES_8K["tp"] / 50e9:.1f} s per step); TP 16 would even halve the memory ({nbytes(MEM_TP16)}), so memory is not
+what stops it. PP rather than more DP: the model states of 405 B (16 B/param ≈ 6.5 TB) must be split 128 ways
+before any data parallelism helps, and PP's traffic ({nbytes(BYTES_8K["pp"])}) is the smallest of all axes, so
+it goes across nodes. CP only at 128k: at 8k the planner fits with cp = 1. At 128k the batch rules out cp < 16,
+not memory: 128 sequences, and a pipeline of 16 stages needs 16 microbatches per replica (the planner's "fewer
+microbatches than stages"), so dp ≤ 8 and cp = 16384 / (8 · 16 · 8) = 16. CP 1 at PP 16 × DP 128 with one
+microbatch would fit ({nbytes(MEM_128K_NO_CP)}: the first stage holds one microbatch of 131072 tokens, the bytes
+of 16 of 8192) but its 1F1B bubble would be {BUBBLE_M1:.3f}.""",
                 given=(
                     "126 layers",
                     "d = 16384",
@@ -76,11 +93,13 @@ at m = 1; at 8k CP would only add ring traffic.""",
                     (0.25, f"128k memory over 80 GB with ZeRO over dp only ({nbytes(MEM_128K)})"),
                     (0.25, "the fix: shard the optimizer over dp·cp (or more ZeRO)"),
                     (0.25, "TP inside the node, justified by its bytes"),
-                    (0.25, "CP only for long context, justified by activation memory"),
+                    (0.25, "CP at 128k: the batch (16 microbatches per replica leave dp ≤ 8), not memory alone"),
                 ),
                 wrong=(
                     "-0.25: memory computed with the full 131072 tokens per rank under CP (CP splits the "
                     "sequence: seq/cp per rank).",
+                    "0 for the CP line: 'one 131072-token sequence does not fit without CP'. At PP 16 with one "
+                    "microbatch per replica it does; what CP 16 buys is a pipeline with 16 microbatches.",
                 ),  # fmt: skip
             ),
             Problem(
