@@ -9,8 +9,8 @@ sizes are the default ``TransformerConfig`` (H = 6 query heads, K = 2 key/value 
 ``draw_step_timeline`` runs the reference's ``parallelize(...).train_step`` on 4 gloo ranks of the test
 harness (pp2 × tp2, a small model; ``--impl student`` for yours), records three steps after a warm-up with
 the tests' ``CommRecorder`` as ``--comm-trace`` does, and draws the quickest with scripts/tools/trace.py,
-each call coloured by the mesh axis of its group. It takes ~7 s on an idle 2-core machine (starting the
-ranks is most of it); its times differ from run to run, its shape does not.
+each call coloured by the mesh axis of its group. It takes ~5 s on a 2-core machine (starting the ranks
+is most of it); its times differ from run to run, its shape does not.
 """
 
 from __future__ import annotations
