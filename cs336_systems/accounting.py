@@ -693,20 +693,20 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
     §3.3.2): TP inside a node, CP for long context, PP across nodes, DP (FSDP) outermost. DeepSeek-V3
     spreads an MoE's experts over its data-parallel ranks (EP 64 inside DP; DeepSeek-AI 2024, §3.2.1).
     The rules, in order:
-      1. ``plan_parallelism``'s rules for tp and pp: tp = 1, 2, 4, ... <= gpus_per_node with pp = 1 (no
-         wider than needed), then the widest such tp with pp = 2, 4, 8, ... <= num_layers. tp divides
-         ``heads`` and ``kv_heads`` (grouped-query attention splits both) and the seq / cp tokens of a cp
-         rank (sequence parallelism).
-      2. dp = gpus_per_node * num_nodes / (tp * cp * pp) must be an integer that, times ``microbatch``,
-         divides ``global_batch``; num_microbatches m = global_batch / (dp * microbatch). A pipeline must
-         fill: m >= pp (with fewer microbatches than stages 1F1B idles more than half the time, bubble
-         (pp - 1)/(m + pp - 1) > 1/2).
+      1. ``plan_parallelism``'s candidates for (tp, pp): tp = 1, 2, 4, ... <= gpus_per_node dividing
+         ``heads`` and ``kv_heads`` (grouped-query attention splits both) with pp = 1, no wider than needed;
+         then the widest such tp with pp = 2, 4, 8, ... <= num_layers.
+      2. A candidate is rejected before its memory unless dp = gpus_per_node * num_nodes / (tp * cp * pp)
+         is an integer that, times ``microbatch``, divides ``global_batch`` (num_microbatches m =
+         global_batch / (dp * microbatch)); the pipeline fills, m >= pp when pp > 1 (with fewer
+         microbatches than stages 1F1B idles more than half the time: bubble (pp - 1)/(m + pp - 1) > 1/2);
+         and tp divides the seq / cp tokens of a cp rank (sequence parallelism).
       3. ``plan_parallelism``'s rule for ZeRO: for the candidates of rule 1 in order, the lowest stage among
          0, 1, 2 that fits; only if none fits, the same search again with ZeRO-3.
-      4. CP only when nothing fits without it: cp = 1, then 2, 4, 8, ... (<= the GPUs), each with the whole
-         search of rules 1-3 (ZeRO-3 included) before the next. cp must cut seq into 2 * cp equal zigzag
-         chunks (seq % (2 * cp) == 0; other cp are not tried); each rank keeps seq / cp tokens of every
-         sequence.
+      4. CP only when nothing fits without it: cp = 1, then 2, 4, 8, ... <= gpus_per_node * num_nodes,
+         each with the whole search of rules 1-3 (ZeRO-3 included) before the next. cp must cut seq into
+         2 * cp equal zigzag chunks (seq % (2 * cp) == 0; other cp are not tried); each rank keeps seq / cp
+         tokens of every sequence.
       5. An MoE (``num_experts`` > 0): for each (tp, cp, pp) of rules 1-4, ep = each divisor of both
          ``num_experts`` and dp * cp (the ranks that hold the same dense weights: EP runs inside the data
          axes) in increasing order, and at each ep the ZeRO stages of rule 3's pass: the smallest ep that
@@ -725,7 +725,7 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
     "bytes_per_axis", "rows"}``: the chosen layout, its memory, what one rank sends per step on each axis,
     and ``rows``, one dict per configuration tried, in order, with keys ``tp, cp, pp, dp, ep, zero_stage,
     memory_per_rank, fits, reason`` (``ep``, ``zero_stage`` and ``memory_per_rank`` None for a layout
-    rejected by rule 1 or 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
+    rejected by rule 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
     from ``capstone_bytes_per_rank(P, num_layers, d_model, heads, d_model // heads, seq, microbatch, dp=,
     pp=, cp=, tp=, num_microbatches=m)`` with P = num_params - X + X * tp / ep (so that its gradient bytes
     are this rank's own, dense / (tp * pp) + experts / (ep * pp)), and "ep" =

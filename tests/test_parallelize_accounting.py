@@ -311,6 +311,7 @@ BAD_INPUT = [
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 96, 1, **{**_MESH, "tp": 3}), "n_heads"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 64, 1, **{**_MESH, "dp": 0}), "dp"),
     bad("ValueError", _small_plan(kv_heads=3), "kv_heads"),
+    bad("ValueError", _small_plan(d_model=60), "d_model"),
     bad("ValueError", _small_plan(**{**_MOE, "moe_layers": 5}), "moe_layers"),
     bad("ValueError", _small_plan(**{**_MOE, "top_k": 5}), "top_k"),
     bad("ValueError", _small_plan(**{**_MOE, "expert_d_ff": 0}), "expert_d_ff"),
