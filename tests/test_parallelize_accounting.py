@@ -269,10 +269,11 @@ def _clusters(draw) -> dict:
         c.update(num_experts=draw(st.sampled_from([2, 4, 6, 8])), expert_d_ff=draw(st.sampled_from([16, 256])),
                  moe_layers=draw(st.integers(1, c["num_layers"])), top_k=draw(st.sampled_from([1, 2])))  # fmt: skip
         c["num_params"] += _expert_params(c)
-    # A budget between the layouts' memories (some fit, some do not), or below all of them.
+    # A budget between the layouts' memories (some fit, some do not), or below all of them; just above a layout's
+    # own memory, so that a sum rounded in another order cannot decide whether it fits.
     memories = sorted(memory for _, _, memory in _judged(c)) or [1e6]
     quantile = draw(st.sampled_from([0.5, 0.1, 0.3, 0.7, 0.9, 0.0]))
-    c["gpu_memory_bytes"] = memories[round(quantile * (len(memories) - 1))] * draw(st.sampled_from([1.0, 0.9]))
+    c["gpu_memory_bytes"] = memories[round(quantile * (len(memories) - 1))] * draw(st.sampled_from([1 + 1e-9, 0.9]))
     return c
 
 
