@@ -206,11 +206,20 @@ def _to_cpu(value):
 _INHERITED: list = []  # a forked rank keeps its parent's process-group state alive here, unused and untouched
 
 
-def _end_by_sigusr1(signum, frame) -> None:
-    """After faulthandler's stack dump: end this rank by SIGUSR1's default action (exit status -SIGUSR1)."""
-    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGUSR1)
-    os._exit(128 + signal.SIGUSR1)  # not reached
+def _signal_main_thread(pid: int, signum: int) -> None:
+    """Send ``signum`` to the main thread of process ``pid`` (Linux: ``tgkill``, the main thread's id is the
+    pid), elsewhere to the process. A signal sent to a process lands on any of its threads (torch's and gloo's
+    included); its handler then runs there while the main thread, continued, runs on. Sent to the main thread,
+    the handler runs in place of the main thread's next line of Python."""
+    tgkill = getattr(_LIBC, "tgkill", None) if _LIBC is not None else None
+    if tgkill is None or tgkill(pid, pid, signum) != 0:
+        os.kill(pid, signum)
+
+
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # no C library to ask: signals go to the process
+    _LIBC = None
 
 
 def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, conn) -> None:
@@ -219,12 +228,11 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
         os._exit(1)
     stacks = open(Path(folder) / f"rank{rank}.stacks", "w")  # noqa: SIM115 - held for faulthandler
     # SIGUSR1 dumps every thread's stack (faulthandler, in C: it works while Python is stuck in C code) and then,
-    # chained, ends the process before the next line of Python: a rank the launcher continued (SIGCONT) to take
-    # its stack runs no Python after it. (Chaining to the default action directly let a continued rank run on
-    # in about half the runs here; the Python handler runs before any other bytecode, deterministically.)
+    # chained, ends the process by SIGUSR1's default action, inside the handler: the launcher sends it to the
+    # main thread (_signal_main_thread), so a rank it continued (SIGCONT) to take its stack runs no Python after.
     faulthandler.unregister(signal.SIGUSR1)  # a registration inherited from the parent would keep its own chain
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # a mask inherited from a forking thread
-    signal.signal(signal.SIGUSR1, _end_by_sigusr1)
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True, chain=True)
     try:
         # A forked child inherits the parent's default process group: leave it alone (destroying it would
@@ -379,7 +387,7 @@ def _stacks_of(proc, path: Path) -> str:
     SIGUSR1 first (pending), then SIGCONT: the handler runs before any Python code, dumps the stacks and
     ends the process (SIGUSR1's default action, chained: ``_rank_main``); SIGKILL if it is still there."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGUSR1)
+        _signal_main_thread(proc.pid, signal.SIGUSR1)
         os.kill(proc.pid, signal.SIGCONT)
     proc.join(timeout=1.0)
     with contextlib.suppress(ProcessLookupError):
