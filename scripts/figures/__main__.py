@@ -1,11 +1,13 @@
 """Redraw every handout figure into handouts/figures/ (the registry in scripts/figures/registry.py).
 
-    python -m scripts.figures                          # all of them (a few seconds)
+    python -m scripts.figures                          # all of them (about 20 s on 2 cores)
     python -m scripts.figures --only ring_attention.png --out-dir /tmp/figs
 
 The figures show what the algorithms do, drawn from the handouts' definitions (and, for Part 5's
-grids and Part 7's numbers, from the reference's schedules and accounting where it is there): they
-need no run. Each part's module also draws its own figures alone (``python -m scripts.figures.mesh``).
+grids and Part 7's numbers, from the reference's schedules and accounting where it is there). All but
+one need no run: Part 11's step timeline (capstone_step_timeline.png) trains one step on 4 ranks and
+draws its communication trace (about 5 s). Each part's module also draws its own figures alone
+(``python -m scripts.figures.mesh``).
 """
 
 from __future__ import annotations
