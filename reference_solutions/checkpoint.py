@@ -137,6 +137,9 @@ _OBJECTS = "__objects__"  # the pseudo-key of a rank's pickled non-tensor values
 # Big enough that the I/O thread, which needs the GIL between two pieces while this thread holds it through
 # the per-block checksums, waits for it (up to ``sys.getswitchinterval()``, 5 ms) far less often than it works.
 _PIECE_BYTES = 8 << 20
+# One write() call hands the kernel at most this much: on the Linux machines this kit was measured on, 16 MiB
+# reached a new file's page cache in 4 ms in calls of 64-512 KiB and in 23 ms in calls of 1 MiB or more.
+_WRITE_BYTES = 512 << 10
 
 
 def _data_name(rank: int) -> str:
@@ -216,7 +219,9 @@ def _write_pieces(f, chunks: Iterator) -> None:
     written = [0]
 
     def write(chunk) -> None:
-        f.write(chunk)  # a big chunk goes past the file's buffer straight to the kernel
+        chunk = memoryview(chunk)
+        for at in range(0, len(chunk), _WRITE_BYTES):  # big calls go past the file's buffer straight to the kernel
+            f.write(chunk[at : at + _WRITE_BYTES])
         if _START_WRITEBACK is not None:
             _START_WRITEBACK(f.fileno(), written[0], len(chunk), _SYNC_FILE_RANGE_WRITE)
         written[0] += len(chunk)
