@@ -18,8 +18,8 @@ load/bare: the share of it yours reaches). The async lines are the blocking time
 synchronous save: the share of a save the training step still waits for. Files go to a temporary
 folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
 Writes out/bench_checkpoint.{csv,png}. Measured on a 2-core machine, nothing else running (2026-11-27): the
-default (16, 64 and 256 MiB at N = 1, 2, 4, 5 rounds) in 1 min 56 s; under a load average of 12, about 2.5 times
-that.
+default (16, 64 and 256 MiB at N = 1, 2, 4; 20, 10 and 5 rounds) in 1 min 55 s; under a load average of 12,
+about 2.5 times that. The pairs (yours, DCP's, bare) take turns at going first, round by round.
 Rank 0 prints each configuration's rounds as they finish.
 """
 
