@@ -340,7 +340,9 @@ def _read_plan(plan: list, folder: Path, reads: list | None) -> None:
                 stop = box["start"] + min(r1 * CHECKSUM_BLOCK_BYTES, box["nbytes"])
                 # host staging for the file reads, not zero-filled: every byte is read over
                 buffer = (
-                    direct if direct is not None else memoryview(torch.empty(stop - start, dtype=torch.uint8).numpy())
+                    direct
+                    if direct is not None
+                    else memoryview(torch.empty(stop - start, dtype=torch.uint8, device="cpu").numpy())
                 )
                 for at in range(0, stop - start, _PIECE_BYTES):
                     yield buffer, at, name, start + at, min(start + at + _PIECE_BYTES, stop)
