@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.test_parallelize_accounting import LLAMA3_405B, _check_plan, _clusters, _plan_calls
+from tests.oracles.planner import LLAMA3_405B, check_plan, clusters, plan_calls
 
 CASES = {
     # Table 4's first row has 8,192 GPUs; with 14 bytes of state per parameter sharded over dp 64 the rules
@@ -36,15 +36,15 @@ CASES = {
 @pytest.mark.task11_4
 def test_plan_capstone_follows_its_rules_on_other_published_models():
     """Llama 3 405B on 8,192 GPUs, Llama 3 70B at 8k and 128k, a Mixtral-like MoE: the rules' layout and rows."""
-    for (name, case), (status, plan) in zip(CASES.items(), _plan_calls(list(CASES.values()))):
-        _check_plan(name, case, status, plan)
+    for (name, case), (status, plan) in zip(CASES.items(), plan_calls(list(CASES.values()))):
+        check_plan(name, case, status, plan)
 
 
 @pytest.mark.task11_4
 @seed(20261127)
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.lists(_clusters(), min_size=2, max_size=6))
+@given(st.lists(clusters(), min_size=2, max_size=6))
 def test_plan_capstone_follows_its_rules_on_other_random_clusters(cases):
     """Other random models and clusters than the public test's draws: the first layout that fits, rows before it."""
-    for i, (case, (status, plan)) in enumerate(zip(cases, _plan_calls(cases))):
-        _check_plan(f"case {i} {case}", case, status, plan)
+    for i, (case, (status, plan)) in enumerate(zip(cases, plan_calls(cases))):
+        check_plan(f"case {i} {case}", case, status, plan)
