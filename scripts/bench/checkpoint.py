@@ -1,6 +1,6 @@
 """Checkpoint throughput: the implementation's sharded save/load and async save next to torch.distributed.checkpoint.
 
-    python -m scripts.bench.checkpoint                                     # gloo, N = 1, 2, 4; 16-256 MiB (~2 min)
+    python -m scripts.bench.checkpoint                                     # gloo, N = 1, 2, 4; 16-256 MiB (~2.5 min)
     python -m scripts.bench.checkpoint --impl student --world-sizes 2      # your implementation
     python -m scripts.bench.checkpoint --sizes-mb 1024 --rounds 3          # a bigger state
     torchrun --standalone --nproc_per_node=8 -m scripts.bench.checkpoint --backend nccl --world-sizes 8
@@ -18,8 +18,8 @@ load/bare: the share of it yours reaches). The async lines are the blocking time
 synchronous save: the share of a save the training step still waits for. Files go to a temporary
 folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
 Writes out/bench_checkpoint.{csv,png}. Measured on a 2-core machine, nothing else running (2026-11-27): the
-default (16, 64 and 256 MiB at N = 1, 2, 4; 20, 10 and 5 rounds) in 1 min 55 s; under a load average of 12,
-about 2.5 times that. The pairs (yours, DCP's, bare) take turns at going first, round by round.
+default (16, 64 and 256 MiB at N = 1, 2, 4; 18, 12 and 6 rounds) in 2 min 35 s (``--rounds 5``: about 2 min);
+under a load average of 12, about 2.5 times that. The pairs (yours, DCP's, bare) take turns at going first, round by round.
 Rank 0 prints each configuration's rounds as they finish.
 """
 
@@ -128,8 +128,8 @@ def _bare_read(path: Path, into: bytearray) -> None:
 
 def _rounds_for(size: int, rounds: int) -> int:
     """More rounds for smaller states, whose rounds are short and whose times are noisier: ``rounds`` at
-    256 MiB and above, twice as many at 64 MiB, four times at 16 MiB and below."""
-    return rounds * max(1, min(4, round(math.sqrt((256 << 20) / size))))
+    256 MiB and above, twice as many at 64 MiB, three times at 16 MiB and below."""
+    return rounds * max(1, min(3, round(math.sqrt((256 << 20) / size))))
 
 
 def bench_rank(rank, world_size, device, *, impl, sizes, rounds, root):
@@ -170,7 +170,7 @@ def main() -> None:
     add_common_args(parser)
     parser.add_argument("--world-sizes", default="1,2,4")
     parser.add_argument("--sizes-mb", default="16,64,256", help="global state sizes in MiB")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds at 256 MiB (more for smaller states)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds at 256 MiB (more for smaller states)")
     parser.add_argument("--dir", default=None, help="where checkpoints are written (default: a temporary folder)")
     args = parser.parse_args()
     sizes = [int(float(s) * (1 << 20)) for s in args.sizes_mb.split(",")]
