@@ -19,8 +19,8 @@ synchronous save: the share of a save the training step still waits for. Files g
 folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
 Writes out/bench_checkpoint.{csv,png}. Measured on a 2-core machine, nothing else running (2026-11-27): the
 default (16, 64 and 256 MiB at N = 1, 2, 4; 18, 12 and 6 rounds) in 2 min 35 s (``--rounds 5``: about 2 min);
-under a load average of 12, about 2.5 times that. The pairs (yours, DCP's, bare) take turns at going first, round by round.
-Rank 0 prints each configuration's rounds as they finish.
+under a load average of 12, about 2.5 times that. The pairs (yours, DCP's, bare) take turns at going first,
+round by round. Rank 0 prints each configuration's rounds as they finish.
 """
 
 from __future__ import annotations
