@@ -216,15 +216,13 @@ def _write_atomically(path: Path, chunks: Iterable, *, rename: bool = True) -> P
 
 def _write_pieces(f, chunks: Iterator) -> None:
     """``chunks`` into ``f`` by a writer thread, each chunk's writeback started once it is written."""
-    written = [0]
 
     def write(chunk) -> None:
-        chunk = memoryview(chunk)
+        chunk, start = memoryview(chunk), f.tell()
         for at in range(0, len(chunk), _WRITE_BYTES):  # big calls go past the file's buffer straight to the kernel
             f.write(chunk[at : at + _WRITE_BYTES])
         if _START_WRITEBACK is not None:
-            _START_WRITEBACK(f.fileno(), written[0], len(chunk), _SYNC_FILE_RANGE_WRITE)
-        written[0] += len(chunk)
+            _START_WRITEBACK(f.fileno(), start, len(chunk), _SYNC_FILE_RANGE_WRITE)
 
     with ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer") as writer:
         pending = collections.deque()
@@ -376,7 +374,7 @@ def _read_plan(plan: list, folder: Path, reads: list | None) -> None:
                     if length != stop - start:
                         raise TornCheckpoint(f"{folder / name} is too short for key {key!r}")
                     data, b0 = buffer[at : at + length], r0 + at // CHECKSUM_BLOCK_BYTES
-                    _check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")
+                    _check_blocks(data, b0, _box_crcs(box), f"key {key!r} of {folder / name}")
                 if direct is None:
                     got.append((r0 * CHECKSUM_BLOCK_BYTES, torch.from_numpy(buffer.obj)))
             if direct is not None:
@@ -583,8 +581,7 @@ def verify_checkpoint(directory: str | os.PathLike, step: int) -> None:
             piece = data[box["start"] : box["start"] + box["nbytes"]]
             if len(piece) != box["nbytes"]:
                 raise TornCheckpoint(f"{folder}: {info['file']} is too short for {what}")
-            _box_crcs(box)
-            _check_blocks(piece, 0, box["crcs"], f"{what} of {folder / info['file']}")
+            _check_blocks(piece, 0, _box_crcs(box), f"{what} of {folder / info['file']}")
     # END SOLUTION
 
 
@@ -668,7 +665,6 @@ def load_checkpoint(state: dict, directory: str | os.PathLike, step: int | None 
                     ranges[-1][1] = i + 1
                 else:
                     ranges.append([i, i + 1])
-            _box_crcs(box)
             plan.append((key, shard, name, box, lo, hi, runs, ranges, _direct_target(shard, box, lo, hi, runs, ranges)))
             covered += math.prod(h - lo_ for lo_, h in zip(lo, hi))
         if covered != shard.local.numel():

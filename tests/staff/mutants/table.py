@@ -1566,7 +1566,7 @@ MUTANTS = [
         "checkpoint_load_skips_the_checksums",
         "checkpoint",
         "load_checkpoint trusts the bytes it reads: block checksums are written but never checked on load",
-        old='_check_blocks(data, b0, box["crcs"], f"key {key!r} of {folder / name}")',
+        old='_check_blocks(data, b0, _box_crcs(box), f"key {key!r} of {folder / name}")',
         new="pass  # the checksums are for verify_checkpoint",
         caught_by=CKPT("flipped_byte", "without noticing"),
     ),

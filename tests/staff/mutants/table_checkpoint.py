@@ -90,8 +90,8 @@ MUTANTS = [
         "checkpoint_verify_checks_the_first_block",
         "checkpoint",
         "verify_checkpoint checks the first checksum block of each box only",
-        old='_check_blocks(piece, 0, box["crcs"], f"{what} of {folder / info[\'file\']}")',
-        new='_check_blocks(piece[:CHECKSUM_BLOCK_BYTES], 0, box["crcs"], f"{what} of {folder / info[\'file\']}")',
+        old="_check_blocks(piece, 0, _box_crcs(box), f\"{what} of {folder / info['file']}\")",
+        new="_check_blocks(piece[:CHECKSUM_BLOCK_BYTES], 0, _box_crcs(box), f\"{what} of {folder / info['file']}\")",
         caught_by=CKPT("every_block_of_every_box", "not only the first"),
     ),
     Mutant(
