@@ -206,20 +206,19 @@ def _to_cpu(value):
 _INHERITED: list = []  # a forked rank keeps its parent's process-group state alive here, unused and untouched
 
 
+try:
+    _TGKILL = getattr(ctypes.CDLL(None, use_errno=True), "tgkill", None)  # glibc >= 2.30; None elsewhere
+except OSError:  # no C library to ask: signals go to the process
+    _TGKILL = None
+
+
 def _signal_main_thread(pid: int, signum: int) -> None:
     """Send ``signum`` to the main thread of process ``pid`` (Linux: ``tgkill``, the main thread's id is the
     pid), elsewhere to the process. A signal sent to a process lands on any of its threads (torch's and gloo's
     included); its handler then runs there while the main thread, continued, runs on. Sent to the main thread,
     the handler runs in place of the main thread's next line of Python."""
-    tgkill = getattr(_LIBC, "tgkill", None) if _LIBC is not None else None
-    if tgkill is None or tgkill(pid, pid, signum) != 0:
+    if _TGKILL is None or _TGKILL(pid, pid, signum) != 0:
         os.kill(pid, signum)
-
-
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-except OSError:  # no C library to ask: signals go to the process
-    _LIBC = None
 
 
 def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, conn) -> None:
