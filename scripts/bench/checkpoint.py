@@ -54,6 +54,9 @@ from scripts.bench.common import (
 TENSORS = 8
 METHODS = ["save", "dcp save", "load", "dcp load", "async block", "async total", "dcp async block", "dcp async total",
            "bare write", "bare read"]  # fmt: skip
+# Whole megabytes per write() reach the page cache several times more slowly on some Linux kernels (this
+# machine's among them), so the bare line writes in calls of this size.
+BARE_WRITE_BYTES = 512 << 10
 
 
 def _shards(C, rank: int, world: int, size_bytes: int, device, fill: float | None):
@@ -111,12 +114,11 @@ def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: in
 
 
 def _bare_write(path: Path, data: list) -> None:
-    """Plain writes of 512 KiB, then fsync: whole megabytes per call reach the page cache several times more
-    slowly on some Linux kernels (this machine's among them), so the bare line uses the fast size."""
+    """Plain writes of ``BARE_WRITE_BYTES``, then fsync."""
     with open(path, "wb") as f:
         for chunk in data:
-            for at in range(0, len(chunk), 512 << 10):
-                f.write(chunk[at : at + (512 << 10)])
+            for at in range(0, len(chunk), BARE_WRITE_BYTES):
+                f.write(chunk[at : at + BARE_WRITE_BYTES])
         f.flush()
         os.fsync(f.fileno())
 

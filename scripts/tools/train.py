@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         "--dtype",
         default="float32",
         choices=sorted(DTYPES),
-        help="float64: the curves agree to ~1e-12, not just to float32's drift (slower)",
+        help="float64: the curves agree to ~1e-8, not just to float32's drift (slower)",
     )
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument(
