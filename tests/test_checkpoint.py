@@ -74,14 +74,18 @@ def _other_world_sizes(config, world_size: int) -> list[int]:
 # -- rank functions ---------------------------------------------------------------------------------
 
 
-def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str):
-    """Save step 1 (counting file operations), then step 2 killed on ``crash_rank`` at ``when``;
-    then rank 0 asks latest/verify and every rank loads the latest checkpoint."""
+def crash_rank(ctx, root: str, flags: str, crash_rank: int, when: str, older: bool = False):
+    """Save step 1 (counting file operations), then (``older``: over a complete save of step 2 with other values,
+    seed 3, as an older run left it) step 2 killed on ``crash_rank`` at ``when``; then rank 0 asks latest and
+    verify(step 2) and every rank loads the latest checkpoint."""
     C = ctx.load("checkpoint")
     with CrashInjector(root, f"{flags}/count", ctx.rank, ctx.world_size, crash_rank, None) as counter:
         C.save_checkpoint(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=1, device=ctx.device), root, 1)
+    if older:
+        C.save_checkpoint(rank_state(C, "fsdp", ctx.rank, ctx.world_size, seed=3, device=ctx.device), root, 2)
     ops = counter.ops if ctx.rank == crash_rank else 0
-    crash_at = {"first": 0, "middle": ops // 2, "last": max(ops - 1, 0)}[when]
+    after_rename = counter.renames[0] + 1 if counter.renames else ops  # just after its first rename
+    crash_at = {"first": 0, "middle": ops // 2, "last": max(ops - 1, 0), "after-first-rename": after_rename}[when]
     crashed = False
     injector = CrashInjector(root, f"{flags}/crash", ctx.rank, ctx.world_size, crash_rank, crash_at)
     try:
@@ -227,6 +231,32 @@ def test_a_rank_killed_during_a_save_leaves_the_previous_checkpoint(world_size, 
         assert not isinstance(out[4], str), f"{where}: rank {r} could not load the latest checkpoint: {out[4]}"
         for key, want in expected_boxes("fsdp", r, world_size, seed=1).items():
             assert_close(out[4][key], want, rtol=0, atol=0, what=f"{where}: rank {r} loading the latest, {key!r}")
+
+
+@pytest.mark.task10_1
+def test_a_rank_killed_during_a_save_over_an_older_folder_of_the_step_leaves_a_loadable_checkpoint(
+    world_size, tmp_path
+):
+    """A complete older save of step 2 is on disk when step 2 is saved again, and rank 0 is killed just after its
+    first rename: what latest_checkpoint returns verifies and loads exactly one save's values (an older folder of the
+    step is removed before anyone writes, so none of its files can commit a mix of old and new ones)."""
+    (tmp_path / "flags" / "count").mkdir(parents=True)
+    (tmp_path / "flags" / "crash").mkdir()
+    outs = run_ranks(world_size, crash_rank, str(tmp_path / "ckpt"), str(tmp_path / "flags"), 0, "after-first-rename",
+                     True)  # fmt: skip
+    crashed, ops, latest, verdict, _ = outs[0]
+    assert crashed, f"rank 0 was never killed: its save of step 2 made no rename (os.replace) of the {ops} operations"
+    where = "rank 0 killed just after its first rename, in a save of step 2 over an older complete folder of step 2"
+    assert latest in (1, 2), f"{where}: latest_checkpoint returned {latest}, expected 1 (or the older step 2)"
+    assert latest == 1 or verdict is None, (
+        f"{where}: latest_checkpoint returned step 2, which fails verify_checkpoint ({verdict}): an older folder of "
+        "the step must be removed (by rank 0) before anyone writes, or its marker commits a mix of old and new files"
+    )
+    seed = 1 if latest == 1 else 3  # step 1's values, or the older save's of step 2
+    for r, out in enumerate(outs):
+        assert not isinstance(out[4], str), f"{where}: rank {r} could not load step {latest}: {out[4]}"
+        for key, want in expected_boxes("fsdp", r, world_size, seed=seed).items():
+            assert_close(out[4][key], want, rtol=0, atol=0, what=f"{where}: rank {r} loading step {latest}, {key!r}")
 
 
 @pytest.mark.task10_1

@@ -301,12 +301,14 @@ class CrashInjector:
     The ranks meet through files in ``flags`` (a folder every rank sees): before every process-group
     call, a rank says it arrived, and waits until every rank has arrived (then it goes on) or the
     crashed rank has left word that it died before that call (then it raises ``SimulatedCrash``).
+    ``renames``: the indices (in ``ops``) of this rank's renames, so a test can kill it just after one.
     """
 
     def __init__(self, root, flags, rank: int, world: int, crash_rank: int, crash_at: int | None) -> None:
         self.root, self.flags = os.path.abspath(root), Path(flags)
         self.rank, self.world, self.crash_rank, self.crash_at = rank, world, crash_rank, crash_at
         self.ops, self.calls, self.crashed = 0, 0, False
+        self.renames: list[int] = []
         self._patches = _Patches()
 
     def _under_root(self, path) -> bool:
@@ -345,6 +347,7 @@ class CrashInjector:
         def replace(src, dst, *args, real=real_replace, **kwargs):
             if injector._under_root(dst):
                 injector._op()
+                injector.renames.append(injector.ops - 1)
             return real(src, dst, *args, **kwargs)
 
         self._patches.set(builtins, "open", patched_open)

@@ -42,7 +42,10 @@ MUTANTS = [
         "a folder of the same step left by an older save is written into, not removed first",
         old="        if folder.exists():",
         new="        if False:",
-        caught_by=CKPT_HIDDEN(POWER_LOSS_OLDER, "which fails verify_checkpoint"),
+        caught_by=(
+            CKPT("over_an_older_folder", "which fails verify_checkpoint"),
+            CKPT_HIDDEN(POWER_LOSS_OLDER, "which fails verify_checkpoint"),
+        ),
     ),
     # -- what commit checks --
     Mutant(
