@@ -38,12 +38,15 @@ from tests.oracles.transformer import (
     training_rank,
 )
 
-# Which meshes each task's test trains (the others' parts must work too: the whole step runs). The table's
-# other meshes (tp4, ZeRO-1, GPipe, ep2×tp2) are the hidden tests', to keep this file within its time budget.
+# Which meshes each task's test trains (the others' parts must work too: the whole step runs). At 2 and 4 ranks
+# every feature meets the others it must compose with: contiguous CP beside zigzag, an MoE beside TP and CP,
+# ZeRO-1 under a pipeline, HSDP (replica d·fsdp + f), FSDP over the dp group of a dp2×ep2 mesh, and the experts'
+# dp average under DDP. The table's other meshes (tp4, ZeRO-1 beside TP, GPipe) are the hidden tests'.
 TASK_MESHES = {
-    "task11_1": ["one", "tp2", "cp2", "ep2"],
-    "task11_2": ["pp2", "fsdp2", "pp2xtp2", "pp2xcp2-interleaved", "pp2xep2"],
-    "task11_3": ["dp2", "cp2xtp2", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2", "dp2xpp2xcp2"],
+    "task11_1": ["one", "tp2", "cp2", "cp2-contiguous", "ep2", "tp2-moe", "ep2xtp2", "ep2xcp2"],
+    "task11_2": ["pp2", "fsdp2", "pp2xtp2", "pp2xcp2-interleaved", "pp2xep2", "dp2xpp2-zero1", "dp2xfsdp2-hsdp"],
+    "task11_3": ["dp2", "cp2xtp2", "dp2xep2", "dp2xep2-fsdp", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2",
+                 "dp2xpp2xcp2"],
 }  # fmt: skip
 
 
@@ -63,26 +66,29 @@ def _train_meshes(world_size: int, task: str) -> None:
         sizes = sorted({mesh_size(MESHES[n][0]) for n in TASK_MESHES[task]})
         pytest.skip(f"{task}'s meshes have {sizes} ranks, none has {world_size} (task11_3 trains one at any size)")
     for name, shape, cfg, options, data in cases:
-        losses, state = dense_training(cfg, data)
+        losses, state = dense_training(cfg, data, options=options)
         outs = run_ranks(world_size, training_rank, shape, cfg, data, options)
         check_training(outs, shape, losses, state, f"mesh {name} {full_shape(shape)} {options}")
 
 
 @pytest.mark.task11_1
 def test_parallel_blocks_train_like_one_process(world_size):
-    """TP by heads and SwiGLU features, CP ring attention with rotary positions, EP experts: equal to one process."""
+    """TP by heads and SwiGLU features, CP ring attention (zigzag and contiguous) with rotary positions, EP experts
+    (beside TP and CP): equal to one process, each ep rank holding its E/ep experts, the caller's model untouched."""
     _train_meshes(world_size, "task11_1")
 
 
 @pytest.mark.task11_2
 def test_pipeline_stages_and_data_parallelism_train_like_one_process(world_size):
-    """Stages of whole blocks (1F1B, GPipe, interleaved), FSDP, with TP, CP and EP: equal to one process."""
+    """Stages of whole blocks (1F1B, interleaved), FSDP, ZeRO-1 under a pipeline, HSDP, with TP, CP, EP: as one
+    process."""
     _train_meshes(world_size, "task11_2")
 
 
 @pytest.mark.task11_3
 def test_composed_meshes_train_like_one_process(world_size):
-    """DP, CP×TP, 3-D meshes with PP, EP and FSDP (DP×TP at other sizes): every loss and parameter as one process."""
+    """DP, CP×TP, DP×EP (DDP, FSDP), 3-D meshes with PP, EP, FSDP (DP×TP at other sizes): every loss and parameter
+    as one process."""
     _train_meshes(world_size, "task11_3")
 
 

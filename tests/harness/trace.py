@@ -18,12 +18,17 @@ parent (``trace_plugin.py``) merges that test's files into its one file, on a cl
 processes (``perf_counter`` is the machine's monotonic clock). A failing distributed test says
 where its trace is, or how to get one.
 
+A region is named after the rank function that opened it, or, inside ``with trace.labelled("...")``,
+by that text (Part 11's training ranks name each step "mesh dp=2,pp=1,cp=2,tp=2 ddp step 0", from which
+``python -m scripts.tools.trace --summary`` tells each group's axis).
+
 The environment variable is read once, at import, in the ranks: with tracing off the recorder does
 nothing more than before (one attribute test on exit).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -33,6 +38,18 @@ from pathlib import Path
 TRACE_DIR: str | None = os.environ.get("CS336_TRACE") or None
 RANKS_SUBDIR = ".ranks"  # where ranks leave their per-recording files until the parent merges them
 _counter = itertools.count()
+_region_label: str | None = None  # set by ``labelled``: the name of the regions recorded inside it
+
+
+@contextlib.contextmanager
+def labelled(label: str):
+    """Name the regions this process records inside the block ``label`` (instead of the rank function's name)."""
+    global _region_label
+    saved, _region_label = _region_label, label
+    try:
+        yield
+    finally:
+        _region_label = saved
 
 
 def chrome_events(events, rank: int, start: float, end: float, label: str = "recorded") -> list[dict]:
@@ -63,7 +80,9 @@ def write_rank_trace(events, start: float, end: float, directory: str | None = N
 
     ``directory`` given: the file goes there. Otherwise it goes to ``$CS336_TRACE/.ranks/``, where the
     parent picks it up after the test (``merge_test_trace``); without ``CS336_TRACE`` nothing is written.
+    Inside ``labelled(text)``, ``text`` is the region's label.
     """
+    label = _region_label or label
     if directory is None:
         if not TRACE_DIR:
             return None

@@ -2,21 +2,29 @@
 
     from tests.oracles.transformer import MESHES, check_training, dense_training, mesh_case, training_rank
 
-``dense_training`` trains ``transformer.Transformer`` in one process on the whole batch (AdamW, float64)
-and returns the loss of every step and the final parameters. ``training_rank`` builds a ``ProcessMesh``,
-``parallelize``s the same model on it and trains it on the same batches; ``expected_local`` is the slice
-of a dense parameter a rank holds (the layout the docstrings of ``parallelize.py`` promise), and
-``check_training`` compares every rank with the oracle. ``MESHES``: the table of named meshes.
+``dense_training`` trains ``transformer.Transformer`` in one process on the whole batch (AdamW, or the
+mesh's ``optimizer_cls``; float64) and returns the loss of every step and the final parameters.
+``training_rank`` builds a ``ProcessMesh``, ``parallelize``s the same model on it, trains it on the same
+batches and reports whether the caller's model was left untouched; ``expected_local`` is the slice of a
+dense parameter a rank holds (the layout the docstrings of ``parallelize.py`` promise: TP rows or columns,
+experts [e·E/ep, (e+1)·E/ep) on ep rank e), and ``check_training`` compares every rank with the oracle.
+``MESHES``: the table of named meshes. Some train with plain SGD: AdamW divides each gradient by its own
+scale, so a gradient summed where it should be averaged moves AdamW's parameters by ~1e-8 only; SGD's
+move by the factor itself.
 
 Used by tests/test_parallelize.py, tests/staff/hidden/test_parallelize_hidden.py and scripts/tools/train.py.
 """
 
 from __future__ import annotations
 
+import re
+from contextlib import nullcontext
+
 import torch
 
 from cs336_systems.transformer import Transformer, TransformerConfig, lm_loss
-from tests.harness import assert_close
+from tests.harness import assert_close, trace
+from tests.harness.recorder import CommRecorder
 
 # Tiny models: two blocks per stage at pp2 x 2 chunks, heads and kv heads for tp up to 4.
 DENSE = TransformerConfig(vocab_size=16, d_model=32, n_layers=4, n_heads=8, n_kv_heads=4, d_ff=32)
@@ -25,13 +33,16 @@ MOE = TransformerConfig(vocab_size=16, d_model=32, n_layers=4, n_heads=8, n_kv_h
 MODELS = {"dense": DENSE, "moe": MOE}
 BATCH, SEQ, STEPS = 8, 16, 2
 OPTIMIZER = {"lr": 1e-2, "weight_decay": 0.1}
+SGD = {"optimizer_cls": torch.optim.SGD}  # an option: gradient-scale bugs move parameters by their factor
 
 # name -> (mesh shape, model, parallelize options). Axes absent from a shape have size 1.
 MESHES: dict[str, tuple[dict[str, int], str, dict]] = {
     "one": ({}, "dense", {}),
-    "dp2": ({"dp": 2}, "dense", {}),
-    "tp2": ({"tp": 2}, "dense", {}),
+    "dp2": ({"dp": 2}, "dense", SGD),
+    "tp2": ({"tp": 2}, "dense", SGD),
     "cp2": ({"cp": 2}, "dense", {}),
+    "cp2-contiguous": ({"cp": 2}, "dense", {"zigzag": False}),
+    "tp2-moe": ({"tp": 2}, "moe", {}),
     "pp2": ({"pp": 2}, "dense", {"num_microbatches": 2}),
     "fsdp2": ({"dp": 2}, "dense", {"data_parallel": "fsdp"}),
     "ep2": ({"ep": 2}, "moe", {}),
@@ -44,6 +55,11 @@ MESHES: dict[str, tuple[dict[str, int], str, dict]] = {
     "dp2xpp2-gpipe": ({"dp": 2, "pp": 2}, "dense", {"num_microbatches": 2, "schedule": "gpipe"}),
     "ep2xtp2": ({"ep": 2, "tp": 2}, "moe", {}),
     "pp2xep2": ({"pp": 2, "ep": 2}, "moe", {"num_microbatches": 2}),
+    "ep2xcp2": ({"ep": 2, "cp": 2}, "moe", SGD),
+    "dp2xep2": ({"dp": 2, "ep": 2}, "moe", SGD),
+    "dp2xep2-fsdp": ({"dp": 2, "ep": 2}, "moe", {"data_parallel": "fsdp"}),
+    "dp2xpp2-zero1": ({"dp": 2, "pp": 2}, "dense", {"num_microbatches": 2, "data_parallel": "zero1"}),
+    "dp2xfsdp2-hsdp": ({"dp": 2, "fsdp": 2}, "dense", {"data_parallel": "hsdp"}),
     "tp2xcp2xdp2": ({"dp": 2, "cp": 2, "tp": 2}, "dense", {}),
     "pp2xtp2xdp2": ({"dp": 2, "pp": 2, "tp": 2}, "dense", {"num_microbatches": 2}),
     "fsdp8": ({"dp": 8}, "dense", {"data_parallel": "fsdp"}),
@@ -77,10 +93,12 @@ def batches(cfg: TransformerConfig, steps: int = STEPS, batch: int = BATCH, seq:
     return out
 
 
-def dense_training(cfg: TransformerConfig, data, seed: int = 0) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """(loss of every step, final parameters): AdamW on the whole batch, float64, one process."""
+def dense_training(cfg: TransformerConfig, data, seed: int = 0,
+                   options: dict | None = None) -> tuple[list[float], dict[str, torch.Tensor]]:  # fmt: skip
+    """(loss of every step, final parameters): one process on the whole batch, float64, with the optimizer
+    the mesh's ``options`` name (``optimizer_cls``, default AdamW) and ``OPTIMIZER``'s settings."""
     model = Transformer(cfg, seed=seed).double()
-    opt = torch.optim.AdamW(model.parameters(), **OPTIMIZER)
+    opt = (options or {}).get("optimizer_cls", torch.optim.AdamW)(model.parameters(), **OPTIMIZER)
     losses = []
     for inputs, targets in data:
         opt.zero_grad(set_to_none=True)
@@ -91,15 +109,30 @@ def dense_training(cfg: TransformerConfig, data, seed: int = 0) -> tuple[list[fl
     return losses, {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
+def mesh_label(shape: dict[str, int], options: dict) -> str:
+    """``"mesh dp=2,pp=1,cp=2,tp=2 ddp"``: how a training rank names its steps in a comm trace (the trace
+    tool reads the axes back from it to say which axis each group is)."""
+    axes = ",".join(f"{a}={n}" for a, n in full_shape(shape).items())
+    return f"mesh {axes} {options.get('data_parallel', 'ddp')}"
+
+
 def training_rank(ctx, shape, cfg, data, options, seed: int = 0):
     """Train the model parallelized on ``shape``; returns the mesh coordinates, each step's loss (None
-    off the last stage) and ``local_state_dict()`` after the last step."""
+    off the last stage), ``local_state_dict()`` after the last step, and the names of the caller's
+    model's parameters that changed (``parallelize`` promises none). With a comm trace on (pytest
+    --comm-trace DIR), each step is one recorded region, "mesh dp=2,... step i"."""
     M, P = ctx.load("mesh"), ctx.load("parallelize")
     mesh = M.ProcessMesh(full_shape(shape))
     model = Transformer(cfg, seed=seed).double().to(ctx.device)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
     pt = P.parallelize(model, mesh, **options, **OPTIMIZER)
-    losses = [pt.train_step(x.to(ctx.device), y.to(ctx.device)) for x, y in data]
-    return {"coords": mesh.coords(), "losses": losses, "state": pt.local_state_dict()}
+    losses = []
+    for step, (x, y) in enumerate(data):
+        with trace.labelled(f"{mesh_label(shape, options)} step {step}"):
+            with CommRecorder() if trace.TRACE_DIR else nullcontext():
+                losses.append(pt.train_step(x.to(ctx.device), y.to(ctx.device)))
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    return {"coords": mesh.coords(), "losses": losses, "state": pt.local_state_dict(), "changed": changed}
 
 
 def expected_local(name: str, full: torch.Tensor, coords: dict[str, int], shape: dict[str, int]) -> torch.Tensor:
@@ -112,11 +145,36 @@ def expected_local(name: str, full: torch.Tensor, coords: dict[str, int], shape:
     return full
 
 
+_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.")
+
+
+def check_experts(rank: int, held, want_state, coords, shape, label: str) -> None:
+    """An ep rank holds exactly its E/ep experts of each MoE block it holds: [e·E/ep, (e+1)·E/ep) on ep rank e."""
+    ep, e = shape.get("ep", 1), coords.get("ep", 0)
+    every, mine = {}, {}
+    for names, into in [(want_state, every), (held, mine)]:
+        for name in names:
+            if m := _EXPERT.match(name):
+                into.setdefault(m.group(1), set()).add(int(m.group(2)))
+    for block, got in mine.items():
+        n = len(every.get(block, ()))
+        want = set(range(e * n // ep, (e + 1) * n // ep))
+        assert got == want, (
+            f"{label}: rank {rank} {coords} holds experts {sorted(got)} of {block}; with {n} experts over ep = {ep}, "
+            f"ep rank {e} holds E/ep = {n // ep} of them, global experts {sorted(want)}"
+        )
+
+
 def check_training(outs, shape, want_losses, want_state, label: str) -> None:
-    """Every rank's losses (last stage) and parameters against the oracle; every parameter held somewhere."""
+    """Every rank's losses (last stage) and parameters against the oracle; every parameter held somewhere, each
+    expert on its ep rank only; the caller's model untouched."""
     seen = set()
     for rank, out in enumerate(outs):
         coords = out["coords"]
+        assert not out["changed"], (
+            f"{label}: rank {rank} {coords}: train_step changed the caller's model ({out['changed'][:3]}); "
+            f"parallelize must train its own copies"
+        )
         last = coords["pp"] == shape.get("pp", 1) - 1
         for step, (got, want) in enumerate(zip(out["losses"], want_losses)):
             if not last:
@@ -130,6 +188,7 @@ def check_training(outs, shape, want_losses, want_state, label: str) -> None:
             want = expected_local(name, want_state[name], coords, shape)
             assert_close(got, want, what=f"{label}: rank {rank} {coords}, {name} after {len(want_losses)} steps")
             seen.add(name)
+        check_experts(rank, out["state"], want_state, coords, shape, label)
     missing = sorted(set(want_state) - seen)
     assert not missing, f"{label}: no rank holds {missing[:4]}{'...' if len(missing) > 4 else ''}"
 
