@@ -1,6 +1,7 @@
 """Part 10's figures (handouts/10-failures.md), into handouts/figures/ (pure geometry, no ranks).
 
     python -m scripts.figures.checkpoint          # writes both
+    python -m scripts.figures.checkpoint --out-dir /tmp/figs
 
 checkpoint_protocol.png    one save on 4 ranks, as time lanes: every rank writes its boxes under a
                            temporary name, fsyncs and renames, reports; rank 0 writes the metadata and,
@@ -13,6 +14,7 @@ checkpoint_resharding.png  a flat FSDP weight saved on 4 ranks and loaded on 3: 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -96,6 +98,13 @@ def draw_resharding(path: Path, numel: int = 6144, old: int = 4, new: int = 3, b
     return save(fig, path)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", type=Path, default=FIGURE_DIR, help=f"folder for the PNGs (default {FIGURE_DIR})")
+    args = parser.parse_args()
+    print(draw_protocol(args.out_dir / PROTOCOL.name))
+    print(draw_resharding(args.out_dir / RESHARDING.name))
+
+
 if __name__ == "__main__":
-    print(draw_protocol(PROTOCOL))
-    print(draw_resharding(RESHARDING))
+    main()

@@ -1,6 +1,7 @@
 """Part 10's figure for §10.5-§10.6 (handouts/10-failures.md), into handouts/figures/ (pure geometry, no ranks).
 
     python -m scripts.figures.fault_tolerance     # writes it
+    python -m scripts.figures.fault_tolerance --out-dir /tmp/figs
 
 fault_tolerance_recovery.png   one job of 4 ranks losing rank 3 at step 7 (checkpoints every 4 steps), as
                                time lanes, twice. Restart from disk: the survivors notice and report, every
@@ -12,13 +13,14 @@ fault_tolerance_recovery.png   one job of 4 ranks losing rank 3 at step 7 (check
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from scripts.figures.palette import COMM, DONE, IDLE, NOTE, RANKS, SPARE, arrow, box, save
+from scripts.figures.palette import COMM, DONE, FIGURE_DIR, IDLE, NOTE, RANKS, SPARE, arrow, box, save
 
-RECOVERY = Path(__file__).resolve().parents[2] / "handouts" / "figures" / "fault_tolerance_recovery.png"
+RECOVERY = FIGURE_DIR / "fault_tolerance_recovery.png"
 
 STEP, DETECT, LAUNCH, LOAD, JOIN, SEND = 1.0, 0.5, 1.6, 1.1, 0.5, 0.4  # illustrative durations
 
@@ -82,5 +84,12 @@ def draw_recovery(path: Path, n: int = 4) -> Path:
     return save(fig, path)
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out-dir", type=Path, default=FIGURE_DIR, help=f"folder for the PNG (default {FIGURE_DIR})")
+    args = parser.parse_args()
+    print(f"wrote {draw_recovery(args.out_dir / RECOVERY.name)}")
+
+
 if __name__ == "__main__":
-    print(f"wrote {draw_recovery(RECOVERY)}")
+    main()

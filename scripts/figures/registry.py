@@ -1,12 +1,14 @@
 """Every figure the handouts show: file name in handouts/figures/ -> the function that draws it.
 
-``python -m scripts.figures`` draws them all from this table, and tests/staff/test_figures.py checks
-it against the handouts (every linked image is here, everything here is linked). A new figure is a
-``draw_x(path) -> path`` function in its part's module and one line below.
+``python -m scripts.figures`` draws, from this table, the figures that the handouts present link (in a kit of
+some parts: its parts' figures only), and a staff test checks the table against the handouts (every linked
+image is here, everything here is linked). A new figure is a ``draw_x(path) -> path`` function in its part's
+module and one line below.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,3 +47,12 @@ FIGURES: dict[str, Callable[[Path], Path]] = {
     "capstone_mesh_blocks.png": parallelize.draw_mesh_blocks,  # 11-capstone
     "capstone_step_timeline.png": parallelize.draw_step_timeline,
 }
+
+IMAGE = re.compile(r"!\[[^\]]*\]\((?:\./)?figures/([^)\s]+)\)")  # ![caption](figures/x.png) in a handout
+
+
+def linked_figures(handouts: Path) -> list[str]:
+    """The figures of FIGURES that the part handouts in ``handouts`` (``NN-*.md``) link, in FIGURES' order: all
+    of them in the whole kit, a kit's own parts' in a kit of some parts (its other handouts are not there)."""
+    linked = {name for h in handouts.glob("[0-9][0-9]-*.md") for name in IMAGE.findall(h.read_text())}
+    return [name for name in FIGURES if name in linked]
