@@ -220,6 +220,9 @@ def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
 
 _KV1 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=16)
 _LAYERS3 = TransformerConfig(vocab_size=16, d_model=16, n_layers=3, n_heads=2, n_kv_heads=2, d_ff=16)
+_LAYERS6 = TransformerConfig(vocab_size=16, d_model=16, n_layers=6, n_heads=2, n_kv_heads=2, d_ff=16)
+_MOE4 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=16, moe_every=1,
+                          num_experts=4, top_k=1)  # fmt: skip
 _EXPERTS3 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=2, n_kv_heads=2, d_ff=16, moe_every=1,
                               num_experts=3, top_k=1)  # fmt: skip
 
@@ -229,12 +232,12 @@ def _mesh(axis: str):
     return lambda P, ctx: ctx.load("mesh").ProcessMesh(full_shape({axis: ctx.world_size}))
 
 
-def _trainer(axis: str, **options):
-    """An arrange step: a ParallelTransformer of the tiny dense model with all the world on ``axis``."""
+def _trainer(axis: str, cfg: TransformerConfig = DENSE, **options):
+    """An arrange step: a ParallelTransformer of the tiny model ``cfg`` with all the world on ``axis``."""
 
     def arrange(P, ctx):
         mesh = ctx.load("mesh").ProcessMesh(full_shape({axis: ctx.world_size}))
-        return P.parallelize(Transformer(DENSE, seed=0).to(ctx.device), mesh, **options)
+        return P.parallelize(Transformer(cfg, seed=0).to(ctx.device), mesh, **options)
 
     return arrange
 
@@ -252,13 +255,27 @@ BAD_INPUT = [
     BadInput("ep-does-not-divide-experts", lambda P, mesh: P.parallelize(Transformer(_EXPERTS3), mesh), "ValueError",
              names="mesh", task="task11_2", arrange=lambda P, ctx: ctx.load("mesh").ProcessMesh(
                  {"dp": 1, "pp": 1, "ep": ctx.world_size, "cp": 1, "tp": 1})),
+    BadInput("pp-times-chunks-does-not-divide-layers",
+             lambda P, mesh: P.parallelize(Transformer(_LAYERS6), mesh, num_microbatches=2, schedule="interleaved",
+                                           num_chunks=2),
+             "ValueError", names="num_chunks", task="task11_2", arrange=_mesh("pp")),
     BadInput("model-not-a-transformer", lambda P, mesh: P.parallelize(torch.nn.Linear(2, 2), mesh), "TypeError",
              names="model", task="task11_2", arrange=_mesh("dp")),
     BadInput("unknown-schedule", lambda P, mesh: P.ParallelTransformer(Transformer(DENSE), mesh, schedule="zb-v"),
              "ValueError", names="schedule", task="task11_2", arrange=_mesh("pp")),
     BadInput("batch-not-divisible-by-dp", lambda P, pt: pt.train_step(_tokens(pt, 3, SEQ), _tokens(pt, 3, SEQ)),
              "ValueError", names="inputs", task="task11_3", arrange=_trainer("dp")),
-    BadInput("sequence-not-divisible-by-cp", lambda P, pt: pt.train_step(_tokens(pt, 4, 6), _tokens(pt, 4, 6)),
+    BadInput("batch-not-divisible-by-ep", lambda P, pt: pt.train_step(_tokens(pt, 3, SEQ), _tokens(pt, 3, SEQ)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("ep", _MOE4)),
+    BadInput("batch-not-divisible-by-fsdp", lambda P, pt: pt.train_step(_tokens(pt, 3, SEQ), _tokens(pt, 3, SEQ)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("fsdp", data_parallel="hsdp")),
+    BadInput("batch-not-divisible-by-dp-times-microbatches",
+             lambda P, pt: pt.train_step(_tokens(pt, 2, SEQ), _tokens(pt, 2, SEQ)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("dp", num_microbatches=2)),
+    BadInput("sequence-not-divisible-by-tp", lambda P, pt: pt.train_step(_tokens(pt, 2, 5), _tokens(pt, 2, 5)),
+             "ValueError", names="inputs", task="task11_3", arrange=_trainer("tp")),
+    BadInput("sequence-not-divisible-by-2cp-zigzag",
+             lambda P, pt: pt.train_step(_tokens(pt, 4, 6), _tokens(pt, 4, 6)),
              "ValueError", names="inputs", task="task11_3", arrange=_trainer("cp")),
     BadInput("targets-shape-not-inputs", lambda P, pt: pt.train_step(_tokens(pt, 4, SEQ), _tokens(pt, 4, SEQ // 2)),
              "ValueError", names="targets", task="task11_3", arrange=_trainer("tp")),
@@ -268,5 +285,6 @@ BAD_INPUT = [
 @pytest.mark.world_sizes(2)
 @pytest.mark.parametrize("case", bad_input_params(BAD_INPUT))
 def test_bad_input_raises_on_every_rank_before_communicating(world_size, case):
-    """A mesh that does not divide heads, layers or experts, a batch it does not divide: named, before any message."""
+    """A mesh that does not divide heads, layers (pp·num_chunks) or experts; a batch dp·fsdp·ep·microbatches does not
+    divide, a sequence cp·tp (or 2·cp, zigzag) does not: named, on every rank, before any message."""
     assert_rejected_before_communicating(run_ranks(world_size, bad_input_rank, "parallelize", case), case)
