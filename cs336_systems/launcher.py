@@ -5,9 +5,12 @@ Not a task: read it, do not change it (like ``models.py``, the grader always use
 ``fault_tolerance.TrainConfig`` work as well.
 
   ``launch(job, world_size, *args, ...)`` forks the ranks of one attempt from this process (fork is cheap:
-      torch is already imported; spawn is used once CUDA is initialized, which fork would break). Each rank
-      joins its own process group through a ``FileStore`` in a fresh folder (no port to collide), dies with
-      its parent (``PR_SET_PDEATHSIG``), and ends with one message: what ``job`` returned or raised. When a
+      torch is already imported; spawn is used on macOS, which forks badly once system frameworks are loaded,
+      and once CUDA is initialized, which fork would break: ``job`` and ``args`` must then be picklable). Each
+      rank joins its own process group through a ``FileStore`` in a fresh folder (no port to collide) over
+      the interface ``platform_support.gloo_interface()`` picks (the loopback, or your ``GLOO_SOCKET_IFNAME``),
+      dies with its parent (``PR_SET_PDEATHSIG``, Linux), and ends with one message: what ``job`` returned or
+      raised. When a
       rank dies without a message, ``launch`` posts ``dead/<rank>`` in the job's store, as a cluster
       scheduler would tell the job; a deadline, and a grace period after the first failure, kill whatever is
       left (faulthandler stacks first), so ``launch`` always returns, with one ``RankOutcome`` per rank.
@@ -53,6 +56,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from cs336_systems import platform_support
 
 __all__ = [
     "FaultPlan",
@@ -172,6 +177,8 @@ class RankOutcome:
 
 
 def _prctl_pdeathsig() -> None:
+    if not platform_support.is_linux():
+        return  # no prctl: the launcher's deadline still ends every rank
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -206,8 +213,8 @@ def _to_cpu(value):
 _INHERITED: list = []  # a forked rank keeps its parent's process-group state alive here, unused and untouched
 
 
-try:
-    _TGKILL = getattr(ctypes.CDLL(None, use_errno=True), "tgkill", None)  # glibc >= 2.30; None elsewhere
+try:  # glibc >= 2.30 has tgkill; macOS has none (nor does CS336_PLATFORM=macos look for it)
+    _TGKILL = getattr(ctypes.CDLL(None, use_errno=True), "tgkill", None) if platform_support.is_linux() else None
 except OSError:  # no C library to ask: signals go to the process
     _TGKILL = None
 
@@ -221,8 +228,9 @@ def _signal_main_thread(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, conn) -> None:
+def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, ifname, conn) -> None:
     _prctl_pdeathsig()
+    os.environ[platform_support.ENV_IFNAME] = ifname
     if os.getppid() == 1:  # the parent died before the line above took effect
         os._exit(1)
     stacks = open(Path(folder) / f"rank{rank}.stacks", "w")  # noqa: SIM115 - held for faulthandler
@@ -258,7 +266,8 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
     except PeerFailure as failure:
         _send_and_exit(conn, ("failure", failure), 1)
     except BaseException:  # noqa: BLE001 - everything a rank did wrong goes to the supervisor as text
-        _send_and_exit(conn, ("error", traceback.format_exc()), 1)
+        text = traceback.format_exc()  # gloo's enforce failure on its interface: one line with the fix instead
+        _send_and_exit(conn, ("error", platform_support.gloo_failure(text) or text), 1)
 
 
 def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: FaultPlan | None = None,
@@ -266,9 +275,11 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
            backend: str | None = None) -> list[RankOutcome]:  # fmt: skip
     """Run ``job(JobRank, *args)`` on ``world_size`` new rank processes; return one ``RankOutcome`` per rank.
 
-    Ranks are forked from this process (spawned if CUDA is initialized here: ``job`` and ``args`` must then
-    be picklable). Each joins a fresh default process group (``backend``: gloo, or nccl when this process
-    has CUDA) through a ``FileStore`` in a new temporary folder. A rank that dies without a message gets
+    Ranks are forked from this process (spawned on macOS or if CUDA is initialized here: ``job`` and ``args``
+    must then be picklable). Each joins a fresh default process group (``backend``: gloo, or nccl when this
+    process has CUDA) through a ``FileStore`` in a new temporary folder. Raises
+    ``platform_support.GlooInterfaceError`` (one line, with the fix) before starting any rank when
+    ``GLOO_SOCKET_IFNAME`` names an interface this machine lacks. A rank that dies without a message gets
     ``dead/<rank>`` posted in the job store at once. ``launch`` returns when every rank has ended; ranks
     still running ``grace`` seconds after the first failure, or at ``deadline``, are sent SIGUSR1 (their
     Python stacks go to ``RankOutcome.stacks``) and then SIGKILL. No rank outlives ``launch``.
@@ -276,7 +287,8 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     backend = backend or ("nccl" if torch.cuda.is_available() and torch.cuda.is_initialized() else "gloo")
-    method = "spawn" if torch.cuda.is_available() and torch.cuda.is_initialized() else "fork"
+    ifname = platform_support.gloo_interface()
+    method = "spawn" if torch.cuda.is_available() and torch.cuda.is_initialized() else platform_support.start_method()
     if method == "fork":
         importlib.import_module("torch._dynamo")  # AdamW's first step imports it: seconds once, not in every rank
     ctx = multiprocessing.get_context(method)
@@ -286,7 +298,7 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
     try:
         for r in range(world_size):
             mine, theirs = ctx.Pipe(duplex=False)
-            rank_args = (job, args, r, world_size, attempt, folder, fault, backend, group_timeout, theirs)
+            rank_args = (job, args, r, world_size, attempt, folder, fault, backend, group_timeout, ifname, theirs)
             p = ctx.Process(target=_rank_main, name=f"rank{r}", args=rank_args, daemon=True)
             p.start()
             theirs.close()

@@ -10,7 +10,8 @@ A benchmark is a module-level ``fn(rank, world_size, device, **kwargs) -> result
 ``launch`` works two ways: under ``torchrun`` (one call per process, the process group already
 set up from the environment; returns ``[this rank's result]`` on every rank and ``main_rank()``
 says who prints) or standalone (it spawns ``world_size`` processes itself, rendezvous through a
-temporary file, and returns every rank's result in the parent).
+temporary file, and returns every rank's result in the parent; gloo talks over the interface
+``cs336_systems/platform_support.py`` picks: the loopback, or your ``GLOO_SOCKET_IFNAME``).
 
 Every step time is taken by ``timed``, one rule for the whole kit: the ranks start together (a
 barrier), run the step, wait for the device (``torch.cuda.synchronize`` when the work is on CUDA:
@@ -34,6 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cs336_systems import platform_support
 from tests.harness.defaults import (  # one table of implementation names and defaults for the kit
     DEFAULT_BACKEND,
     resolve_impl,
@@ -131,10 +133,15 @@ def _device(backend: str, rank: int) -> torch.device:
 
 
 def _worker(rank: int, world_size: int, backend: str, store_path: str, fn, kwargs, queue) -> None:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     store = dist.FileStore(store_path, world_size)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    try:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
+    except RuntimeError as exc:  # gloo's C++ enforce message on its interface becomes one line with the fix
+        problem = platform_support.gloo_failure(str(exc))
+        if problem:
+            raise SystemExit(f"rank {rank}: {problem}") from None
+        raise
     try:
         result = fn(rank, world_size, _device(backend, rank), **kwargs)
         queue.put((rank, result))
@@ -149,6 +156,7 @@ def launch(world_size: int, fn: Callable, *, backend: str = "gloo", **kwargs) ->
             dist.init_process_group(backend)
         rank = dist.get_rank()
         return [fn(rank, dist.get_world_size(), _device(backend, rank), **kwargs)]
+    platform_support.use_gloo_interface()  # the loopback (or yours): the spawned ranks inherit the environment
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,13 +23,14 @@ recovery: restart, the first step from the checkpoint; live, the killed step red
 medians over --repeats and the ratio restart / live of ``caught up`` with its 90% interval; the plot draws
 ``caught up`` against the replica's state size. Time with the defaults: 143 s measured on the 2-core course VM
 while other jobs shared it (36 runs; each prints a line as it ends). Writes out/bench_fault_tolerance.{csv,png}.
-Ranks are forked from this process, so this benchmark runs on gloo (the job's logic is the same on NCCL).
+Ranks are forked from this process (spawned on macOS: cs336_systems/platform_support.py), so this benchmark
+runs on gloo (the job's logic is the same on NCCL).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import shutil
 import statistics
 import tempfile
@@ -45,9 +46,10 @@ DEADLINE_S = 120  # per attempt: a run that hangs fails with every rank's stack 
 _FT = None  # the implementation's fault_tolerance module, loaded in main() (forked ranks inherit it)
 
 
-def live_job(rank, config, kill_step: int) -> dict:
-    """One rank of the live-recovery run: ranks 0..N-1 train, rank N is a hot spare. Returns its timestamps."""
-    ft = _FT
+def live_job(rank, config, kill_step: int, impl: str) -> dict:
+    """One rank of the live-recovery run: ranks 0..N-1 train, rank N is a hot spare. Returns its timestamps.
+    ``impl`` loads the implementation in a spawned rank (macOS), which inherits no ``_FT``."""
+    ft = _FT or load_impl(impl, "fault_tolerance")
     n, me = rank.world_size - 1, rank.rank
     train_group = dist.new_group(list(range(n)))  # the spare is in no training collective
     model = ft.build_model(config)
@@ -118,10 +120,10 @@ def run_restart(config, world_size: int, kill_step: int) -> dict:
             "caught_up": ends[kill_step - last.start_step] - killed_at}  # fmt: skip
 
 
-def run_live(config, world_size: int, kill_step: int) -> dict:
+def run_live(config, world_size: int, kill_step: int, impl: str) -> dict:
     ft = _FT
     fault = ft.FaultPlan(rank=world_size - 1, step=kill_step)
-    outcomes = ft.launch(live_job, world_size + 1, config, kill_step, fault=fault, deadline=DEADLINE_S,
+    outcomes = ft.launch(live_job, world_size + 1, config, kill_step, impl, fault=fault, deadline=DEADLINE_S,
                          grace=DEADLINE_S)  # fmt: skip
     bad = [o for o in outcomes if not o.ok and o.rank != world_size - 1]
     if bad:
@@ -163,9 +165,9 @@ def main() -> None:
         parser.error("the job's ranks are forked from this process: --backend gloo only")
     if not 0 < args.kill_step < args.steps:
         parser.error(f"--kill-step must be in 1..{args.steps - 1}")
-    torch.set_num_threads(1)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)  # the launcher picks gloo's interface (cs336_systems/platform_support.py)
     _FT = load_impl(args.impl, "fault_tolerance")
+    live = functools.partial(run_live, impl=args.impl)
     worlds = [int(w) for w in args.world_sizes.split(",")]
     widths = [int(w) for w in args.widths.split(",")]
     rows, points = [], []
@@ -175,7 +177,7 @@ def main() -> None:
         for width in widths:
             times = {"restart": [], "live": []}
             for _ in range(args.repeats):
-                for method, run in (("restart", run_restart), ("live", run_live)):
+                for method, run in (("restart", run_restart), ("live", live)):
                     directory = tempfile.mkdtemp(prefix="cs336-bench-ft-")
                     try:
                         config = _FT.TrainConfig(directory=directory, steps=args.steps, dims=(width, width, width),

@@ -6,7 +6,9 @@
 
 Every ``setrlimit`` in the kit goes through ``cap``: asking for more than the inherited hard limit
 raises ``ValueError`` in ``setrlimit``, so a host started under ``ulimit -v 12G`` would otherwise
-fail every run. The prctl helpers are no-ops off Linux.
+fail every run. The prctl helpers are no-ops off Linux (``cs336_systems/platform_support.py``, which
+``CS336_PLATFORM=macos`` forces onto its macOS branch): they return False. macOS accepts ``RLIMIT_AS`` but does
+not enforce it, so there a rank's memory cap (the grader's, on Linux) is not set at all.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import resource
 import signal
 import sys
 
+from cs336_systems.platform_support import is_linux
+
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
@@ -23,7 +27,10 @@ def cap(which: int, wanted: int, *, log=None) -> int:
     """Set both limits of ``which`` to ``min(wanted, inherited hard limit)``; returns the value set.
 
     ``log`` (a callable taking one string, default stderr) hears about it when the hard limit won.
+    ``RLIMIT_AS`` off Linux: not set (macOS does not enforce it); returns ``wanted``.
     """
+    if which == resource.RLIMIT_AS and not is_linux():
+        return wanted
     _, hard = resource.getrlimit(which)
     value = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if value != wanted:
@@ -39,6 +46,8 @@ def _name(which: int) -> str:
 
 
 def _prctl(option: int, arg: int) -> bool:
+    if not is_linux():
+        return False
     try:
         return ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, arg) == 0
     except (OSError, AttributeError):

@@ -14,7 +14,12 @@ Design (why it is not ``mp.spawn`` per test):
   on the peer; a test that wants a clean group whatever came before can destroy it, and
   ``CS336_FRESH_GROUPS=1`` gives every test a fresh group (the old, ~30 ms slower behaviour).
 - Ranks are forked from a zygote that imported torch once (tests/harness/zygote.py, Linux): a new pool,
-  after a test killed the last one, is ready in tens of milliseconds instead of seconds.
+  after a test killed the last one, is ready in tens of milliseconds instead of seconds. On macOS (and with
+  ``CS336_PLATFORM=macos``) each rank is a fresh ``python -m tests.harness.worker``: ~2 s of CPU per rank
+  to import torch when a pool starts; a test on a running pool costs the same either way.
+- gloo talks over the interface ``cs336_systems/platform_support.py`` picks (the student's
+  ``GLOO_SOCKET_IFNAME``, else the loopback it finds). When gloo cannot use it, every test fails with the
+  same one line that says the fix (``GLOO_PROBLEM``), not a C++ enforce message per rank per test.
 - Rendezvous goes through a ``FileStore`` in a private temporary folder: no fixed port, so two
   suites (or two graded submissions) can run side by side on one machine.
 - Every test has a deadline. When it passes, or when one rank failed and the others did not
@@ -43,6 +48,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from cs336_systems import platform_support
 from tests.harness.defaults import env_device_faithful, env_fresh_groups, env_p2p_matching
 from tests.harness.protocol import Status
 from tests.harness.replies import RefusedReply, load_reply
@@ -69,10 +75,16 @@ STARTUP_TIMEOUT_S = 120.0  # importing torch on 8 ranks of a loaded 2-core machi
 ERROR_GRACE_S = 2.0  # after one rank fails, how long the others get to fail too
 STACK_WAIT_S = 0.5  # how long faulthandler gets to write the stacks after SIGUSR1
 TAIL_CHARS = 4000  # how much of a rank's log and stack dump goes into a failure message
+# Why gloo cannot start here (one line with the fix), once a pool found out: later tests fail at once with it.
+GLOO_PROBLEM: str | None = None
 
 
 class RankFailure(AssertionError):
     """A distributed run did not complete on every rank; the message says what each rank did."""
+
+
+class GlooUnavailable(RankFailure):
+    """gloo cannot use this machine's network interface: no test can run until the student fixes it."""
 
 
 @dataclass
@@ -89,6 +101,7 @@ class WorkerPool:
     world_size: int
     backend: str
     tmp: Path = field(init=False)
+    env: dict[str, str] = field(init=False, repr=False)  # the ranks' environment
     ranks: list[_Rank] = field(init=False, default_factory=list)
     tasks_run: int = 0
     fresh_group: bool = True  # the next task gets a new default process group (see the module docstring)
@@ -99,7 +112,12 @@ class WorkerPool:
         env = dict(os.environ)
         # The ranks can import whatever this process can (the implementation under test, tests.*).
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *[p for p in sys.path if p]])
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # single node: never pick an external NIC
+        try:  # single node: the loopback, never an external interface (and never a slow host-name lookup)
+            platform_support.use_gloo_interface(env)
+        except platform_support.GlooInterfaceError as exc:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            _gloo_unavailable(str(exc))
+        self.env = env
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("PYTHONFAULTHANDLER", "1")
         env["CS336_IMPORT_MARKERS"] = str(self.tmp)  # RankContext.load marks the import it is in
@@ -158,6 +176,8 @@ class WorkerPool:
         healthy = all(v["status"] == Status.OK and v.get("group_kept") is True for v in replies.values())
         self.fresh_group = self.always_fresh or not healthy
         if any(v["status"] != Status.OK for v in replies.values()):
+            if self.backend == "gloo":
+                self._check_gloo_started(replies)
             report = self._report(replies, f"{getattr(fn, '__name__', fn)} failed")
             if FAIL_FAST_HANGS:
                 report += self._note_fatal_imports(replies)  # before close(): it removes the markers
@@ -172,6 +192,16 @@ class WorkerPool:
                     HUNG_BEFORE[name] = report
             raise RankFailure(report)
         return [replies[r]["value"] for r in range(self.world_size)]
+
+    def _check_gloo_started(self, replies: dict[int, dict]) -> None:
+        """gloo failed to use its interface (its enforce message, on every rank): one line for this test and
+        every later one, instead of the same C++ message per rank per test."""
+        __tracebackhide__ = True
+        for v in replies.values():
+            problem = platform_support.gloo_failure(f"{v.get('error', '')}\n{v.get('traceback', '')}", self.env)
+            if problem:
+                self.close()
+                _gloo_unavailable(problem)
 
     def _note_fatal_imports(self, replies: dict[int, dict]) -> str:
         """Modules a rank died importing (its marker is still there): remembered, and said in the report."""
@@ -298,28 +328,15 @@ class WorkerPool:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every living descendant of ``pid`` (children first), from /proc's parent links; [] off Linux."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])  # after "pid (comm) state": the parent's pid
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        child = todo.pop(0)
-        found.append(child)
-        todo.extend(children.get(child, []))
-    return found
+    """Every living descendant of ``pid`` (children first): /proc's parent links on Linux, ``ps`` on macOS."""
+    return platform_support.descendants(pid)
+
+
+def _gloo_unavailable(problem: str):
+    __tracebackhide__ = True
+    global GLOO_PROBLEM
+    GLOO_PROBLEM = problem
+    raise GlooUnavailable(problem)
 
 
 def _hung_in(stacks: str, impl: str) -> set[str]:
@@ -377,6 +394,9 @@ KEEP_POOLS = False  # True: a pytest session's end leaves the pools running for 
 
 
 def get_pool(world_size: int, backend: str) -> WorkerPool:
+    __tracebackhide__ = True
+    if GLOO_PROBLEM is not None:
+        raise GlooUnavailable(GLOO_PROBLEM)
     pool = _POOLS.get((world_size, backend))
     if pool is None or not pool.alive:
         if pool is not None:

@@ -19,8 +19,9 @@ What makes the fork safe:
 - The zygote reaps its children and reports each exit status to the parent, so a dead rank is described as
   before ("killed by signal SIGSEGV", "exited with code 0").
 
-Off Linux (macOS forks badly once frameworks are loaded), or with ``CS336_ZYGOTE=0``, the pool starts its
-ranks with ``subprocess`` as before.
+Off Linux (macOS forks badly once frameworks are loaded; ``CS336_PLATFORM=macos`` on Linux), or with
+``CS336_ZYGOTE=0``, the pool starts its ranks with ``subprocess`` as before. The ``prctl`` calls below run in
+the zygote and its forks only, so only on Linux.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ MAX_MESSAGE = 1 << 20  # one request: argv, environment, working directory
 
 
 def enabled() -> bool:
-    return sys.platform.startswith("linux") and os.environ.get(ENV_ZYGOTE, "1") != "0"
+    """Linux (``cs336_systems/platform_support.py``: not macOS, nor ``CS336_PLATFORM=macos``) and not
+    ``CS336_ZYGOTE=0``. Imported here, in the parent: the zygote process itself imports nothing of the repo."""
+    from cs336_systems.platform_support import is_linux
+
+    return is_linux() and os.environ.get(ENV_ZYGOTE, "1") != "0"
 
 
 class ForkedProcess:
