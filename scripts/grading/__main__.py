@@ -68,25 +68,37 @@ def _entry_output(entry, limit: int) -> str:
     return out if len(out) <= limit else out[: limit - 40] + "\n... (truncated)"
 
 
-def _case_rows(entry, markers: dict[str, list[str]]) -> list[list]:
-    """The dashboard's view of an entry's counted cases: [case id, its task(s), outcome, failure headline]."""
-    return [[nodeid.split("::")[-1].partition("[")[2].rstrip("]"),
-             sorted(tasks_of(markers.get(nodeid, []), entry.part.number)), outcome,
-             headline(text) if outcome != "passed" else ""]
-            for nodeid, outcome, text in entry.counted]  # fmt: skip
+def entry_id(file: str, function: str) -> str:
+    """An entry's stable id, the key a regrade merges by: its test function's pytest node id
+    (``tests/test_ddp.py::test_x``). A bare function name is not one: 15 parts share
+    ``test_bad_input_raises_on_every_rank_before_communicating``, and parts 1 and 5 have two each."""
+    return f"{file}::{function}"
 
 
-def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float) -> dict:
+def _case_rows(entry, markers: dict[str, list[str]], limit: int) -> list[list]:
+    """Every case of an entry, for the dashboard and for a later regrade's merge: [case id, its task(s), outcome,
+    failure headline, node id, failure text]. The text is cut to ``limit`` (what the entry's output can show)."""
+    return [[nodeid.split("::")[-1].partition("[")[2][:-1], sorted(tasks_of(markers.get(nodeid, []),
+             entry.part.number)), outcome, headline(text) if outcome != "passed" else "", nodeid,
+             text.strip()[:limit] if outcome != "passed" else ""]
+            for nodeid, outcome, text in entry.cases]  # fmt: skip
+
+
+def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float,
+                  settings: dict | None = None) -> dict:  # fmt: skip
+    """Gradescope's results.json. ``extra_data`` keeps what the dashboard and a later ``--merge-into`` need: each
+    entry's id and every case with its outcome and text (``entries``), the notes, and ``settings`` (backend and
+    world sizes the tests ran with)."""
     entries, warnings = score(rubric, record.items, record.outcomes)
     markers = {item["nodeid"]: item.get("markers", []) for item in record.items}
     tests, per_part, dashboard = [], {}, []
     counters: dict[int, int] = {}
     for e in entries:
-        # For the batch dashboard (scripts/grading/summary.py): tasks, cases, each failing case's headline.
-        dashboard.append({"name": e.function, "part": e.part.number, "pool": e.pool, "tasks": sorted(e.tasks),
-                          "passed": e.passed, "cases": len(e.counted),
-                          "failures": [headline(c[2]) for c in e.counted if c[1] != "passed"][:10],
-                          "case_results": _case_rows(e, markers)})  # fmt: skip
+        # For the batch dashboard (scripts/grading/summary.py) and the merge: tasks, every case and its failure.
+        dashboard.append({"id": entry_id(e.file, e.function), "name": e.function, "part": e.part.number,
+                          "pool": e.pool, "doc": e.doc, "tasks": sorted(e.tasks), "passed": e.passed,
+                          "cases": len(e.counted),
+                          "case_results": _case_rows(e, markers, rubric.max_output_chars)})  # fmt: skip
         counters[e.part.number] = counters.get(e.part.number, 0) + 1
         tests.append({
             "name": e.function + (" (hidden test)" if e.pool == "hidden" else ""),
@@ -103,34 +115,72 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
     summary = [f"Score: {total} / {most}  (graded in {seconds:.0f} s)"]
     summary += [f"  part {rubric.parts[n].number} {n}: {g:.2f} / {m:.2f}  ({record.spent.get(n, 0.0):.0f} s of its "
                 f"{rubric.parts[n].budget_s:.0f} s budget)" for n, (g, m) in per_part.items()]  # fmt: skip
-    summary += [f"Note: {n}" for n in notes + record.notes]
+    all_notes = list(dict.fromkeys(notes + record.notes))
+    summary += [f"Note: {n}" for n in all_notes]
     return {
         "score": total, "execution_time": round(seconds, 1), "output": "\n".join(summary),
         "output_format": "text", "stdout_visibility": "hidden", "tests": tests,
         "extra_data": {"parts": {n: [round(g, 3), round(m, 3)] for n, (g, m) in per_part.items()},
                        "seconds": {n: round(t, 1) for n, t in record.spent.items()},
-                       "warnings": warnings, "restarts": record.restarts, "entries": dashboard},
+                       "warnings": warnings, "restarts": record.restarts, "notes": all_notes,
+                       "settings": settings or {}, "entries": dashboard},
     }  # fmt: skip
 
 
-def merge_regrade(old: dict, new: dict) -> dict:
-    """A regrade of some tests (``--parts``, ``--select``) folded into a student's earlier results: each entry the
-    regrade graded replaces the earlier entry of the same name, every other earlier entry is kept as it was, and
-    the score is their sum. The output says what was regraded and what was kept."""
-    regraded = {t["name"]: t for t in new.get("tests", [])}
-    tests = [regraded.pop(t["name"], t) for t in old.get("tests", [])] + list(regraded.values())
-    parts: dict[str, list[float]] = {}
-    for t in tests:
-        part = (t.get("tags") or ["?"])[0]
-        got, most = parts.get(part, [0.0, 0.0])
-        parts[part] = [round(got + t["score"], 3), round(most + t["max_score"], 3)]
-    kept = len(tests) - len(new.get("tests", []))
-    score = round(sum(t["score"] for t in tests), 3)
-    output = (f"Score: {score} / {round(sum(t['max_score'] for t in tests), 3)} after a regrade of "
-              f"{len(new.get('tests', []))} entries ({kept} kept from the earlier grade)\n\nThe regrade:\n"
-              + new.get("output", ""))  # fmt: skip
-    extra = {**old.get("extra_data", {}), "parts": parts, "regrade": new.get("extra_data", {})}
-    return {**old, "score": score, "tests": tests, "output": output, "extra_data": extra}
+class MergeError(ValueError):
+    """A regrade that cannot be folded into the earlier results without losing or mixing grades."""
+
+
+def _record_of(results: dict, which: str) -> RunRecord:
+    """The cases a results JSON holds, as the grader collected and ran them (``build_results`` writes them)."""
+    entries = results.get("extra_data", {}).get("entries", [])
+    if not entries or not all("id" in e and all(len(row) == 6 for row in e.get("case_results", ())) for e in entries):
+        raise MergeError(f"the {which} results do not list their cases by id (written by an older grader, or the "
+                         "grade failed): grade the whole submission again instead")  # fmt: skip
+    record = RunRecord(spent=dict(results["extra_data"].get("seconds", {})))
+    record.restarts = results["extra_data"].get("restarts", 0)
+    for e in entries:
+        file, _, function = e["id"].rpartition("::")
+        for _case, tasks, outcome, _head, nodeid, text in e["case_results"]:
+            markers = [f"task{t.replace('.', '_')}" for t in tasks]
+            record.items.append({"nodeid": nodeid, "file": file, "function": function, "markers": markers,
+                                 "doc": e.get("doc", "")})  # fmt: skip
+            record.outcomes[nodeid] = (outcome, text)
+    return record
+
+
+EARLIER = "(earlier grade) "
+
+
+def merge_regrade(old: dict, new: dict, kit: Rubric) -> dict:
+    """A regrade of some tests (``--parts``, ``--select``) folded into a student's earlier results, case by case:
+    each case the regrade ran (by pytest node id) replaces the earlier one, every other case is kept, and the
+    whole is scored again with the kit's rubric, as a full grade would be: entries, numbers, points, maximum, the
+    dashboard's data and the output (every part) are those of a full regrade with those outcomes. Refused
+    (``MergeError``) when the two were graded with other backends or world sizes, or lack their cases."""
+    before, after = old.get("extra_data", {}).get("settings"), new.get("extra_data", {}).get("settings")
+    if before != after:
+        raise MergeError(f"the earlier grade ran with {before or 'unrecorded settings'}, the regrade with {after}: "
+                         "regrade with the same --backend and --world-sizes")  # fmt: skip
+    earlier, regrade = _record_of(old, "earlier"), _record_of(new, "regrade's")
+    replaced = {item["nodeid"]: item for item in regrade.items}
+    items = [replaced.pop(item["nodeid"], item) for item in earlier.items] + list(replaced.values())
+    record = RunRecord(
+        items=items,
+        outcomes={**earlier.outcomes, **regrade.outcomes},
+        spent={**earlier.spent, **regrade.spent},
+        restarts=earlier.restarts + regrade.restarts,
+    )
+    notes = new["extra_data"].get("notes", [])
+    notes = notes + [n if n.startswith(EARLIER) else EARLIER + n for n in old["extra_data"].get("notes", [])
+                     if n.removeprefix(EARLIER) not in notes]  # fmt: skip
+    merged = build_results(kit, record, notes, new.get("execution_time", 0.0), after)
+    ids = [e["id"] for e in new["extra_data"]["entries"]]
+    kept = len(merged["tests"]) - len(ids)
+    merged["output"] = (f"A regrade of {len(ids)} entries ({len(regrade.items)} cases); the other {kept} entries "
+                        "are the earlier grade's.\n" + merged["output"])  # fmt: skip
+    merged["extra_data"]["regrades"] = old["extra_data"].get("regrades", []) + [ids]
+    return merged
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -139,6 +189,12 @@ def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def settings_of(args) -> dict:
+    """What the results record of how the tests ran (a merge and the GPU bundle's label read it back)."""
+    sizes = sorted({int(w) for w in str(args.world_sizes).split(",") if w.strip()})
+    return {"backend": args.backend, "world_sizes": ",".join(map(str, sizes))}
 
 
 def _settings(args, work: Path, budget: float, hidden: bool, parts: dict | None = None) -> Settings:
@@ -218,7 +274,7 @@ def grade_one(args) -> int:
     start = time.monotonic()
     become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    record, notes = RunRecord(), []
+    record, notes, kit = RunRecord(), [], None
     try:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
@@ -242,7 +298,7 @@ def grade_one(args) -> int:
                 notes.append("no part module (collectives.py, ddp.py, ...) was found in the submission")
             staff = StaffFiles.snapshot(REPO)  # read before any student code runs; not for a precomputed grade
             record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
-        results = build_results(rubric, record, notes, time.monotonic() - start)
+        results = build_results(rubric, record, notes, time.monotonic() - start, settings_of(args))
         code = 0 if record.items else 2
     except Exception:  # noqa: BLE001 - the grader itself failed: say so visibly, never a silent 0
         results = {"score": 0, "execution_time": round(time.monotonic() - start, 1), "tests": [],
@@ -255,8 +311,14 @@ def grade_one(args) -> int:
             Path(args.staff_log).write_text(record.staff_log)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    if args.merge_into and results.get("tests"):
-        results = merge_regrade(json.loads(args.merge_into.read_text()), results)
+    if args.merge_into:
+        try:
+            if not results.get("tests"):
+                raise MergeError("the regrade graded nothing:\n" + results["output"])
+            results = merge_regrade(json.loads(args.merge_into.read_text()), results, kit)
+        except MergeError as exc:
+            print(f"not merged, nothing written ({args.merge_into} is as it was): {exc}", file=sys.stderr)
+            return 2
     write_json(args.out, results)
     print(results["output"])
     return code
@@ -322,7 +384,10 @@ def _batch(args) -> int:
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
     write_summary(results, out_dir)  # the staff dashboard: pass rates per task and test, commonest failures
-    print(f"dashboard: {out_dir / 'summary.md'} (pass rates, commonest failures) and {out_dir / 'grades.png'}")
+    print(
+        f"dashboard: {out_dir / 'summary.md'} (pass rates, commonest failures), {out_dir / 'dashboard.png'} "
+        f"(failing, unfinished and passing students per task) and {out_dir / 'grades.png'} (the grades)"
+    )
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

@@ -96,10 +96,10 @@ def staff_headlines(log: str) -> dict[str, str]:
 
 
 def _cases(entry: dict) -> list[list]:
-    """[case id, tasks, outcome, headline] per counted case; results written before case rows existed give one
-    row per failure headline (case "?") and the entry's tasks."""
+    """[case id, tasks, outcome, headline] per counted case (skipped ones count neither way); results written
+    before case rows existed give one row per failure headline (case "?") and the entry's tasks."""
     if "case_results" in entry:
-        return entry["case_results"]
+        return [row[:4] for row in entry["case_results"] if row[2] != "skipped"]
     rows = [["?", entry.get("tasks", []), "failed", h] for h in entry.get("failures", [])]
     return rows + [["?", entry.get("tasks", []), "passed", ""]] * max(0, entry.get("passed", 0))
 
@@ -107,7 +107,8 @@ def _cases(entry: dict) -> list[list]:
 def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None) -> dict:
     """{submission: results JSON} (and {submission: staff log}) -> the dashboard's numbers (summary.json)."""
     staff_logs = staff_logs or {}
-    # (test, pool, case) -> per-student status and failure headlines
+    # (entry id, pool, case) -> per-student status and failure headlines. The id, not the function's name: 15
+    # parts have a test_bad_input_raises_on_every_rank_before_communicating of their own.
     cases: dict[tuple, dict] = {}
     grades, parts = [], set()
     for sub, res in sorted(results.items()):
@@ -119,8 +120,8 @@ def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None
         for e in res.get("extra_data", {}).get("entries", []):
             parts.add(e.get("part"))
             for case_id, tasks, outcome, head in _cases(e):
-                key = (e["name"], e.get("pool", "public"), case_key(case_id))
-                row = cases.setdefault(key, {"part": e.get("part"), "tasks": set(), "failed": set(),
+                key = (e.get("id", e["name"]), e.get("pool", "public"), case_key(case_id))
+                row = cases.setdefault(key, {"name": e["name"], "part": e.get("part"), "tasks": set(), "failed": set(),
                                              "unfinished": set(), "passed": set(), "failures": Counter(),
                                              "example": {}, "staff": Counter(), "staff_example": {}})  # fmt: skip
                 row["tasks"] |= set(tasks)
@@ -146,13 +147,14 @@ def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None
         return (examples[real[0][0]], real[0][1]) if real else ("", 0)
 
     out_cases, raw = [], {}
-    for (test, pool, case), r in cases.items():
-        raw[(test + (" (hidden)" if pool == "hidden" else ""), case)] = r
+    for (entry, pool, case), r in cases.items():
+        test = r["name"]
+        raw[(entry, case)] = r
         fail, n = commonest(r["failures"], r["example"])
         staff, _ = commonest(r["staff"], r["staff_example"])
         out_cases.append({
             "task": task_label(r["tasks"], r["part"]), "spans_tasks": len(r["tasks"]) > 1, "part": r["part"],
-            "test": test + (" (hidden)" if pool == "hidden" else ""), "case": case,
+            "test": test + (" (hidden)" if pool == "hidden" else ""), "id": entry, "case": case,
             "students_failing": len(r["failed"]), "students_unfinished": len(r["unfinished"]),
             "students_passing": len(r["passed"]), "commonest_failure": fail, "commonest_failure_count": n,
             "staff_failure": staff, "failing": sorted(r["failed"]),
@@ -166,7 +168,7 @@ def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None
         t = by_task.setdefault(c["task"], {"part": c["part"], "failed": set(), "unfinished": set(),
                                            "students": set(), "cases": [], "tests": Counter(),
                                            "failure": Counter(), "example": {}})  # fmt: skip
-        r = raw[(c["test"], c["case"])]
+        r = raw[(c["id"], c["case"])]
         t["failed"] |= r["failed"]
         t["unfinished"] |= r["unfinished"]
         t["students"] |= r["failed"] | r["unfinished"] | r["passed"]
