@@ -15,7 +15,11 @@ shows medians over rounds as GB/s of the global state, and DCP's time over yours
 interval over rounds (> 1: yours is faster). The bare lines are what the disk allows: every rank writes its
 shards' bytes into one file with an fsync, then reads them back, plain Python, no checksums (save/bare and
 load/bare: the share of it yours reaches). The async lines are the blocking time over a
-synchronous save: the share of a save the training step still waits for. Files go to a temporary
+synchronous save: the share of a save the training step still waits for. On GPUs (NCCL), three more columns
+give the bounds of the copies over the host link, timed in the same rounds: each rank's shards copied into
+pinned host memory (``pinned d2h ms``: the least an async save can block), the blocking time over it
+(``block/d2h``, a 90% interval: 1 is the bound), and copied back to the device (``pinned h2d GB/s``: the last leg
+of a load). Files go to a temporary
 folder (``--dir`` to choose one: a local disk and a parallel filesystem give different numbers).
 Writes out/bench_checkpoint.{csv,png}. Measured on a 2-core machine, nothing else running (2026-11-27): the
 default (16, 64 and 256 MiB at N = 1, 2, 4; 18, 12 and 6 rounds) in 2 min 35 s (``--rounds 5``: about 2 min);
@@ -80,10 +84,30 @@ def _shards(C, rank: int, world: int, size_bytes: int, device, fill: float | Non
     return ours, theirs
 
 
-def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: int, device, dcp_group) -> dict:
+def _copy_bounds(ours: dict) -> dict:
+    """On a GPU, the bounds of staging and of a load's last leg: this rank's shards copied into pinned host memory
+    (what an async save must wait for at least) and from there back to the device, into buffers allocated once,
+    every copy queued (``non_blocking``) and one wait at the end (``timed`` synchronises the device)."""
+    shards = [s.local for s in ours.values()]
+    host = [torch.empty_like(t, device="cpu", pin_memory=True) for t in shards]
+    back = [torch.empty_like(t) for t in shards]
+
+    def d2h() -> None:
+        for h, t in zip(host, shards):
+            h.copy_(t, non_blocking=True)
+
+    def h2d() -> None:
+        for b, h in zip(back, host):
+            b.copy_(h, non_blocking=True)
+
+    return {"bare d2h": d2h, "bare h2d": h2d}
+
+
+def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: int, device, dcp_group,
+           bounds: dict) -> dict:  # fmt: skip
     """One round: every method once, on the same state. The synchronous pairs (yours, DCP's, the bare
-    lines) take turns at going first, round by round, so that none always meets the disk right after
-    another's writes; the async saves come last."""
+    lines, and on a GPU the bare copies of ``bounds``) take turns at going first, round by round, so that none
+    always meets the disk right after another's writes; the async saves come last."""
     bare = folder / f"bare_{dist.get_rank()}_{step}"
     data = [memoryview(t.local.detach().cpu().contiguous().view(torch.uint8).numpy()) for t in ours.values()]
     landing = bytearray(sum(len(d) for d in data))  # the bare read's destination exists, as a load's does
@@ -95,7 +119,7 @@ def _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder: Path, step: in
          "dcp load": lambda: dcp.load(into_theirs, checkpoint_id=folder / f"dcp{step}")},
         # What the disk allows: each rank writes (and fsyncs) its shards' bytes into one file, reads them back.
         {"bare write": lambda: _bare_write(bare, data), "bare read": lambda: _bare_read(bare, landing)},
-    ]  # fmt: skip
+    ] + ([bounds] if bounds else [])  # fmt: skip
     turn = step % len(pairs)
     for pair in pairs[turn:] + pairs[:turn]:
         for method, fn in pair.items():
@@ -145,11 +169,12 @@ def bench_rank(rank, world_size, device, *, impl, sizes, rounds, root):
         ours, theirs = _shards(C, rank, world_size, size, device, None)
         into, into_theirs = _shards(C, rank, world_size, size, device, 0.0)
         ckpt = C.AsyncCheckpointer(folder / "async")
-        times = {m: [] for m in METHODS}
+        bounds = _copy_bounds(ours) if device.type == "cuda" else {}
+        times = {m: [] for m in METHODS + list(bounds)}
         began = time.perf_counter()
         many = _rounds_for(size, rounds)
         for r in range(many + 1):  # round 0 warms up (page cache, thread pools, DCP's planner)
-            got = _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder, r + 1, device, dcp_group)
+            got = _round(C, dcp, ckpt, ours, theirs, into, into_theirs, folder, r + 1, device, dcp_group, bounds)
             for m, t in got.items():
                 times[m] += [t] if r else []
             if rank == 0:  # progress per configuration, on one line
@@ -180,7 +205,7 @@ def main() -> None:
     if under_torchrun():
         worlds = [dist.get_world_size()] if dist.is_initialized() else worlds[:1]
     root = Path(args.dir or tempfile.mkdtemp(prefix="bench_ckpt_"))
-    rows, plot = [], {}
+    rows, plot, on_gpu = [], {}, False
     for world in worlds:
         results = launch(world, bench_rank, backend=args.backend, impl=args.impl, sizes=sizes,
                          rounds=args.rounds, root=str(root))  # fmt: skip
@@ -198,6 +223,10 @@ def main() -> None:
                          f"{block_lo:.2f}-{block_hi:.2f}", med["dcp async block"] * 1e3, dcp_block,
                          gbs["bare write"], gbs["bare read"], gbs["save"] / gbs["bare write"],
                          gbs["load"] / gbs["bare read"]])  # fmt: skip
+            if "bare d2h" in times:  # a GPU: the bounds, and async blocking against the copy it must wait for
+                on_gpu = True
+                d2h_lo, d2h_hi = ratio_interval(times["async block"], times["bare d2h"])
+                rows[-1] += [med["bare d2h"] * 1e3, f"{d2h_lo:.2f}-{d2h_hi:.2f}", size / med["bare h2d"] / 1e9]
             plot[(world, size)] = gbs
     if not main_rank():
         return
@@ -206,6 +235,8 @@ def main() -> None:
     headers = ["N", "MiB", "save GB/s", "dcp save GB/s", "dcp/yours save", "load GB/s", "dcp load GB/s",
                "dcp/yours load", "async block ms", "block/sync save", "dcp async block ms",
                "dcp block/save", "bare write GB/s", "bare read GB/s", "save/bare", "load/bare"]  # fmt: skip
+    if on_gpu:
+        headers += ["pinned d2h ms", "block/d2h", "pinned h2d GB/s"]
     print(format_table(headers, rows))
     out = Path(args.out) if getattr(args, "out", None) else OUT_DIR
     write_csv(out / "bench_checkpoint.csv", headers, rows)
