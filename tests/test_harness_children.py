@@ -3,15 +3,15 @@
     pytest tests/test_harness_children.py -v
 
 Part 10's restart tests fork training ranks inside a test rank; a hung test must not leave them behind.
-``WorkerPool.close`` kills each rank's process group and, found beforehand through /proc, every descendant
-that left it (a new session). These tests never touch the implementation under test (marker ``harness``).
+``WorkerPool.close`` kills each rank's process group and, found beforehand (through /proc on Linux, ``ps`` on
+macOS: cs336_systems/platform_support.py), every descendant that left it (a new session). These tests never
+touch the implementation under test (marker ``harness``).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import pytest
 
 from tests.harness import RankFailure, run_ranks
 
-pytestmark = [pytest.mark.harness, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")]
+pytestmark = pytest.mark.harness
 
 
 def start_children_then_hang(ctx, folder: str) -> None:
@@ -31,13 +31,9 @@ def start_children_then_hang(ctx, folder: str) -> None:
 
 
 def _alive(pid: int) -> bool:
-    """Running (a zombie has already been killed and waits only for its reaper)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+    """Running (a zombie has already been killed and waits only for its reaper): ``ps`` says, on Linux and macOS."""
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
 
 
 def test_replacing_a_hung_pool_kills_the_children_of_its_ranks_even_in_a_new_session(tmp_path):
