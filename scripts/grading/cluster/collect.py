@@ -1,0 +1,41 @@
+"""``collect R``: the outputs of a one-node ``--batch`` of the same export, from the cluster's results.
+
+A one-node batch leaves, in its results folder: each submission's results JSON and staff log (the cluster's tasks
+put them in R the same way), the dashboard (``summary.md``, ``summary.json``, ``dashboard.png``, ``grades.png``:
+``summary.write_summary`` over the results, keyed by the submission's name in the export as the batch keys them)
+and a CSV of the rows the batch made (here the rows each task's batch wrote, kept in R/.cluster/done/). R is then
+what ``gpu_results pack EXPORT R`` reads. Only counted results are collected (store.py); the rest are listed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from scripts.grading.cluster.shards import export_submissions
+from scripts.grading.cluster.store import Store
+from scripts.grading.summary import SUMMARY_MD, write_summary
+
+
+def collect(store: Store, csv_path: Path | None) -> int:
+    export = Path(store.config["export"])
+    names = [p.name for p in export_submissions(export)]
+    records = {n: store.done(n) for n in names}
+    missing = [n for n, r in records.items() if r is None]
+    rows = [records[n]["row"] for n in sorted(records) if records[n]]
+    results = {n: json.loads(store.results_path(n).read_text()) for n in sorted(records) if records[n]}
+    csv_path = csv_path or store.root / "grades.csv"
+    columns = list(dict.fromkeys(k for r in rows for k in r))  # as the batch orders them
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    write_summary(results, store.root)
+    print(f"{csv_path}: {len(rows)} rows; dashboard: {store.root / SUMMARY_MD}")
+    print(f"for Gradescope: python -m scripts.grading.gpu_results pack {export} {store.root} --out "
+          "out/gpu-results.json --csv out/gpu-grades.csv --into out/autograder.zip")  # fmt: skip
+    if missing:
+        print(f"{len(missing)} submissions have no result yet (status, resubmit --missing): {', '.join(missing)}")
+        return 1
+    return 0

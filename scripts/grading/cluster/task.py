@@ -1,0 +1,80 @@
+"""One array task of the cluster grader: grade a shard of the export, each submission exactly as ``--batch`` does.
+
+Runs on a compute node (submitit unpickles ``GradeShard`` there and calls it). For each submission of its shard
+that has no counted result (``store.py``), it runs ``python -m scripts.grading --batch`` over a folder holding
+only that submission (a link to it), with the grader args given to ``submit``: the same grader, world sizes,
+deadlines and budgets as a one-node batch, and the batch's own results JSON, staff log and CSV row. Then it moves
+them into R (``Store.record``), so each result is there, whole, as soon as it is graded.
+
+Preemption and time limits: ``GradeShard`` is submitit ``Checkpointable``: on Slurm's warning signal it is
+requeued as it was, and the requeued task skips what is already graded. A cancelled task or a dead node is not
+requeued: ``resubmit --missing`` grades what it left.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import submitit
+
+from scripts.grading.cluster.store import REPO, Store, submission_fingerprint
+
+
+def task_id() -> str:
+    """``<array job>_<task>`` under Slurm (``local`` and the pid elsewhere)."""
+    try:
+        return submitit.JobEnvironment().job_id
+    except RuntimeError:
+        return f"local{os.getpid()}"
+
+
+def grade_in_batch(export: Path, name: str, scratch: Path, grader_args: list[str]) -> tuple[Path, dict]:
+    """``--batch`` over a folder holding only ``name`` (a link: the batch resolves it to the export's path, so
+    names and results are the export's). Returns the batch's results folder and its CSV row (as text)."""
+    shutil.rmtree(scratch, ignore_errors=True)  # a grade a dead task left half done
+    (scratch / "batch").mkdir(parents=True)
+    (scratch / "batch" / name).symlink_to(export / name)
+    results, row_csv = scratch / "results", scratch / "row.csv"
+    cmd = [sys.executable, "-m", "scripts.grading", "--batch", str(scratch / "batch"), "--results-dir",
+           str(results), "--csv", str(row_csv), *grader_args]  # fmt: skip
+    subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL, check=False)  # its table goes to the task's log
+    rows = list(csv.DictReader(row_csv.open())) if row_csv.exists() else []
+    if len(rows) != 1 or not (results / f"{Path(name).stem}.json").exists():
+        raise RuntimeError(f"the batch wrote no result for {name} (see this task's log)")
+    return results, rows[0]
+
+
+class GradeShard(submitit.helpers.Checkpointable):
+    """The callable each array task runs: ``GradeShard()(results_dir, names)``. Requeued as is on preemption
+    (``Checkpointable``: this object holds no progress; R does)."""
+
+    def __call__(self, results_dir: str, names: list[str]) -> dict[str, str]:
+        store = Store(Path(results_dir))
+        config = store.config
+        export, grader_args = Path(config["export"]), config["grader_args"]
+        version, me = store.version, task_id()
+        if version != config["grader_version"]:
+            print(f"[cluster] warning: this checkout's grader version {version} is not the one submitted "
+                  f"({config['grader_version']}): earlier results do not count, they are graded again",
+                  flush=True)  # fmt: skip
+        outcome = {}
+        for name in names:
+            if store.done(name):
+                print(f"[cluster] {name}: already graded, skipped", flush=True)
+                outcome[name] = "skipped"
+                continue
+            print(f"[cluster] {name}: grading (task {me})", flush=True)
+            fp = submission_fingerprint(export / name)  # before grading: what is graded is what is recorded
+            store.mark_running(name, me)
+            scratch = store.scratch(name, me)
+            results, row = grade_in_batch(export, name, scratch, grader_args)
+            store.record(name, results, row, me, version, fp)
+            shutil.rmtree(scratch, ignore_errors=True)
+            outcome[name] = f"graded: {row.get('score')} ({row.get('status')})"
+            print(f"[cluster] {name}: {outcome[name]}", flush=True)
+        return outcome
