@@ -168,6 +168,9 @@ BAD_INPUT = [
     bad("TypeError", call("transformer_num_params", 40.0, 32, 2, 4, 2, 64), "vocab"),
     bad("ValueError", call("transformer_num_params", 40, 32, 2, 4, 2, 64, moe_every=1), "num_experts"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 63, 1, **{**_MESH, "cp": 2}), "seq"),
+    # seq divisible by cp but not by cp·tp (8 heads of 8 over tp 4: the heads split), and not by 2·cp (zigzag)
+    bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 8, 8, 4, 1, **{**_MESH, "cp": 2, "tp": 4}), "seq"),
+    bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 6, 1, **{**_MESH, "cp": 2}), "seq"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 96, 1, **{**_MESH, "tp": 3}), "n_heads"),
     bad("ValueError", call("capstone_bytes_per_rank", 1e6, 4, 64, 4, 16, 64, 1, **{**_MESH, "dp": 0}), "dp"),
     bad("ValueError", _small_plan(kv_heads=3), "kv_heads"),

@@ -15,6 +15,7 @@ WRONG = ("one process on the whole batch", "elements differ")  # a loss or a par
 BLOCKS, STAGES, COMPOSED = "parallel_blocks", "pipeline_stages", "composed_meshes"
 TRAFFIC = "block_traffic"
 BAD = "bad_input"
+BAD_BATCH = ("returned normally", "communicated", "expected ValueError")  # accepted: trains, or fails after a message
 
 MUTANTS = [
     Mutant(
@@ -217,5 +218,138 @@ MUTANTS = [
             "[p.grad.mul_(self.mesh.size(axis)) for p in dense.parameters()]"
         ),
         caught_by=P11(COMPOSED, WRONG, world_sizes="2"),
+    ),
+    # -- issue 44: what no public test caught, or only a hidden one (each killed by a public test now) --------------
+    Mutant(
+        "parallelize_experts_not_averaged_over_dp_under_ddp",
+        "parallelize",
+        "under DDP the expert-parallel MoE's gradients are averaged over ep only, never over dp",
+        old='expert_parallel.all_reduce_moe_gradients(moe, None if sharded or self.dp == 1 else self.mesh.group("dp"))',
+        new="expert_parallel.all_reduce_moe_gradients(moe, None)",
+        caught_by=P11(COMPOSED, WRONG, world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_layers_checked_against_pp_only",
+        "parallelize",
+        "n_layers is checked against pp, not pp·num_chunks: 6 blocks in 4 interleaved chunks of unequal depth",
+        old="if cfg.n_layers % (pt.pp * num_chunks):",
+        new="if cfg.n_layers % pt.pp:",
+        caught_by=P11(f"{BAD} and chunks", "returned normally", world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_batch_check_ignores_ep",
+        "parallelize",
+        "the batch is checked against dp·fsdp·num_microbatches, not ep: ep2 with 3 rows trains on uneven rows",
+        old="if B % (replicas * self.num_microbatches):",
+        new="if B % (self.dp * self.fsdp * self.num_microbatches):",
+        caught_by=P11(f"{BAD} and ep", BAD_BATCH, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_ep_not_applied",
+        "parallelize",
+        "the MoE is copied whole on every ep rank (no ExpertParallelMoE): losses and parameters still match",
+        old="elif ep_group is not None:",
+        new="elif False:",
+        caught_by=P11(BLOCKS, "holds experts", world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_trains_the_callers_embedding",
+        "parallelize",
+        "the first chunk takes the caller's model.embed itself, not a copy: train_step changes the caller's model",
+        old='layers.insert(0, ("embed", _copy(model.embed)))',
+        new='layers.insert(0, ("embed", model.embed))',
+        caught_by=P11(BLOCKS, "changed the caller's model", world_sizes="1"),
+    ),
+    Mutant(
+        "parallelize_zero1_skips_the_dp_average",
+        "parallelize",
+        "with ZeRO-1 the gradients are not averaged over dp (as if the sharded optimizer did it, as FSDP does)",
+        old='sharded = self.data_parallel in ("fsdp", "hsdp")',
+        new='sharded = self.data_parallel in ("fsdp", "hsdp", "zero1")',
+        caught_by=P11(STAGES, WRONG, world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_zero1_over_the_world",
+        "parallelize",
+        "ZeRO-1's optimizer shards over the whole world, not the dp group: stages swap parameters they do not hold",
+        old='self.optimizer = sharded_optimizer.ShardedOptimizer(params, optimizer_cls, group=groups["dp"],',
+        new="self.optimizer = sharded_optimizer.ShardedOptimizer(params, optimizer_cls, group=None,",
+        caught_by=P11(STAGES, ("one process on the whole batch", "elements differ", "Error", "hung"), world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_hsdp_fsdp_ranks_same_rows",
+        "parallelize",
+        "under HSDP the fsdp ranks are not counted as data replicas: every f of (dp=d, fsdp=f) trains the same rows",
+        old='dp_rank = self.mesh.rank("dp") * self.fsdp + (self.mesh.rank("fsdp") if self.fsdp > 1 else 0)',
+        new='dp_rank = self.mesh.rank("dp") * self.fsdp',
+        caught_by=P11(STAGES, WRONG, world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_moe_not_summed_over_tp",
+        "parallelize",
+        "an MoE layer runs on this tp rank's tokens only, but its gradients are not summed over tp",
+        old="kinds = (nn.Embedding, RMSNorm, LMHead, MoE, expert_parallel.ExpertParallelMoE)",
+        new="kinds = (nn.Embedding, RMSNorm, LMHead)",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_experts_not_averaged_over_cp",
+        "parallelize",
+        "an expert-parallel MoE's gradients are not averaged over cp (the dense ones are)",
+        old='if self.cp > 1:\n                ddp.all_reduce_gradients_flat(moe, group=self.mesh.group("cp"))',
+        new='if False:\n                ddp.all_reduce_gradients_flat(moe, group=self.mesh.group("cp"))',
+        caught_by=P11(BLOCKS, WRONG, world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_experts_averaged_over_dp_under_fsdp",
+        "parallelize",
+        "under FSDP the MoE's gradients (FSDP shards, already averaged over dp) are all-reduced over dp again",
+        old="None if sharded or self.dp == 1 else",
+        new="None if self.dp == 1 else",
+        caught_by=P11(COMPOSED, ("one process on the whole batch", "elements differ", "Error"), world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_attention_ignores_zigzag_false",
+        "parallelize",
+        "ParallelAttention ignores zigzag=False: contiguous tokens rotated and masked as zigzag chunks",
+        old="self.zigzag = bool(zigzag) and self.cp > 1\n        self.wq, self.wk, self.wv",
+        new="self.zigzag = self.cp > 1\n        self.wq, self.wk, self.wv",
+        caught_by=P11(BLOCKS, WRONG, world_sizes="2"),
+    ),
+    Mutant(
+        "parallelize_fsdp_over_the_world",
+        "parallelize",
+        "FSDP shards over the whole world, not the dp group: dp2×ep2 averages shards across ep ranks",
+        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]',
+        new="self.wrapped = [fsdp.FSDP(c) for c in chunks]",
+        caught_by=P11(COMPOSED, ("one process on the whole batch", "elements differ", "Error"), world_sizes="4"),
+    ),
+    Mutant(
+        "accounting_capstone_seq_against_cp_only",
+        "accounting",
+        "capstone_bytes_per_rank checks seq against cp only: seq 4 on cp 2 × tp 4 returns numbers",
+        old="if s % (cp * tp):",
+        new="if s % cp:",
+        caught_by=Check(
+            "tests/test_parallelize_accounting.py",
+            "bad_input and capstone and seq",
+            "returned normally",
+            world_sizes="1",
+            deadline=30,
+        ),
+    ),
+    Mutant(
+        "accounting_capstone_seq_not_checked_for_zigzag",
+        "accounting",
+        "capstone_bytes_per_rank accepts a seq that 2·cp zigzag chunks do not divide (seq 6 on cp 2)",
+        old="if cp > 1 and s % (2 * cp):",
+        new="if False:",
+        caught_by=Check(
+            "tests/test_parallelize_accounting.py",
+            "bad_input and capstone and seq",
+            "returned normally",
+            world_sizes="1",
+            deadline=30,
+        ),
     ),
 ]
