@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 
-# What `--impl student` / `--impl reference` name; any other value is an importable package name.
-IMPL_ALIASES = {"student": "cs336_systems", "reference": "reference_solutions"}
+# What `--impl student` names; any other value is an importable package name.
+IMPL_ALIASES = {"student": "cs336_systems"}
+# <staff> (scripts/release/cut.py leaves these lines out of the student release, which has no reference)
+IMPL_ALIASES["reference"] = "reference_solutions"  # the staff's implementation
+# </staff>
 
 DEFAULT_IMPL = "student"
 DEFAULT_BACKEND = "gloo"
@@ -33,7 +36,7 @@ ENV_DEVICE_FAITHFUL_LOG = "CS336_DEVICE_FAITHFUL_LOG"  # a file: list each site 
 
 
 def resolve_impl(name: str) -> str:
-    """``student`` -> ``cs336_systems``, ``reference`` -> ``reference_solutions``, else the name itself."""
+    """``student`` -> ``cs336_systems`` (and the other names of ``IMPL_ALIASES``), else the name itself."""
     return IMPL_ALIASES.get(name, name)
 
 

@@ -10,7 +10,7 @@ one batch of calls, gets each call's value back (or the exception it raised) and
 with the handout's; ``EXAMPLES`` is the hypothesis settings of the property tests.
 
 Used by tests/test_accounting.py, tests/test_mesh_accounting.py,
-tests/test_context_parallel_accounting.py and tests/staff/hidden/test_accounting_hidden.py.
+tests/test_context_parallel_accounting.py and the hidden accounting tests.
 """
 
 from __future__ import annotations

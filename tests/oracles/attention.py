@@ -11,7 +11,7 @@ sequence into the blocks each rank holds, contiguous or zigzag (so a ring test d
 the student's ``shard_sequence``). ``forward_rank`` and ``backward_rank`` run ring attention on a
 rank's blocks under the communication recorder and a ``MatmulLog``.
 
-Used by tests/test_context_parallel.py and tests/staff/hidden/test_context_parallel_hidden.py.
+Used by tests/test_context_parallel.py and Part 9's hidden tests.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 of a step (and rank), ``fsdp_oracle`` the losses and parameters of the whole model trained in one
 process on the whole batch with one of ``FSDP_OPTIMIZERS`` for ``FSDP_STEPS`` steps.
 
-Used by tests/test_fsdp.py and tests/staff/hidden/test_fsdp_hidden.py.
+Used by tests/test_fsdp.py and its hidden counterpart.
 """
 
 from __future__ import annotations

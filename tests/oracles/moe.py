@@ -15,7 +15,7 @@ tokens concatenated (rank 0's first).
 ``ragged_oracle`` is the same oracle for ranks that hold different numbers of tokens: rank r's rows
 of the dense output and input gradient.
 
-Used by tests/test_expert_parallel.py and tests/staff/hidden/test_expert_parallel_hidden.py.
+Used by tests/test_expert_parallel.py and Part 8's hidden tests.
 """
 
 from __future__ import annotations

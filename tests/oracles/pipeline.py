@@ -15,8 +15,7 @@ first stages take the extra layer) and ``one_f_one_b_order`` the 1F1B order of o
 from the handout. ``chunks_of``, ``pipeline_stage`` and ``chunked_train_rank`` build a rank's
 chunks of a model and train them with ``PipelineStage.train_step`` (any schedule, checkpointing).
 
-Used by tests/test_pipeline.py, tests/test_pipeline_schedules.py and
-tests/staff/hidden/test_pipeline_hidden.py.
+Used by tests/test_pipeline.py, tests/test_pipeline_schedules.py and Part 5's hidden tests.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ stage index becomes the local chunk (stage r is chunk 0, stage 2p - 1 - r chunk 
 OVERLAP_F_B becomes an F with overlap=True followed by the B. ``v_chunks_of`` cuts a model into 2p
 chunks with the tests' own split and returns rank r's two, (chunk r, chunk 2p - 1 - r);
 ``v_train_rank`` trains them with ``PipelineStage(..., placement="v")``: rank 0 gets the inputs and
-the targets and returns the loss. Used by tests/test_pipeline_v.py, tests/staff/hidden/test_pipeline_v_hidden.py
-and scripts/bench/pipeline.py.
+the targets and returns the loss. Used by tests/test_pipeline_v.py, its hidden counterpart and
+scripts/bench/pipeline.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ added mid-training), ``oracle_history`` (the same steps with the plain torch opt
 process) and ``assert_params_match_the_oracle``, which runs both and compares every rank's
 parameters after every step, for each of ``OPTIMIZERS`` and ZeRO ``STAGES``.
 
-Used by tests/test_sharded_optimizer.py and tests/staff/hidden/test_sharded_optimizer_hidden.py.
+Used by tests/test_sharded_optimizer.py and its hidden counterpart.
 """
 
 from __future__ import annotations

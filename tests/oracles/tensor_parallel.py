@@ -8,7 +8,7 @@ rank and returns its output, input gradient, shards, their gradients and its com
 ``run_mlp`` runs both and ``check_shards`` compares each rank's shards (``MLP_SHARDS``: which dimension
 of which parameter is split) and their gradients with the dense ones.
 
-Used by tests/test_tensor_parallel.py and tests/staff/hidden/test_tensor_parallel_hidden.py.
+Used by tests/test_tensor_parallel.py and its hidden counterpart.
 """
 
 from __future__ import annotations
