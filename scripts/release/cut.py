@@ -36,6 +36,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -76,6 +77,9 @@ def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
     stubs = None
     if parts is not None:  # other parts' modules: given code where a kept part builds on them (subset.py)
         stubs = subset.subset_stubs(parts)
+        given = subset.given_modules(parts) & set(stubs)
+        owner = subset.module_parts()
+        stubs = {m: given_voice(s, owner[m]) if m in given else s for m, s in stubs.items()}
         for module, source in stubs.items():
             (out / "cs336_systems" / f"{module}.py").write_text(source)
         kit = subset.kit_manifest(parts)  # the API reference of what the kit uses: written and given modules
@@ -98,6 +102,37 @@ def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
         if doc.exists():
             doc.write_text(subset.kit_markdown(doc.read_text(), present, doc.parent.relative_to(out).as_posix()))
     return files
+
+
+_TO_AUTHOR = re.compile(r"\b(?:[Yy]ou|[Yy]our|Use|Reuse|Useful tools)\b")  # a sentence to whoever writes the code
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
+
+
+def given_voice(source: str, part: int) -> str:
+    """A given module (the reference, shipped because the kit's parts build on it) as given code, not as a task
+    (issue 44): its docstring's sentences to the module's author ("Your task ...", "Use ...", "you may ...") go,
+    a paragraph says whose code it is, "your" elsewhere reads "the" ("joins your forward" -> "the forward") and
+    a task is the handout's section ("# ## Task 2.1: naive DDP" -> "# ## §2.1: naive DDP")."""
+    source = re.sub(r"\(Part (\d+)'s handout \(not in this kit\)\)", r"(Part \1's handout, not in this kit)", source)
+    head, quote, rest = source.partition('"""')
+    doc, end, body = rest.partition('"""')
+    paragraphs, given = [], f"Given code in this kit (Part {part} is not assigned): the staff's implementation"
+    for para in doc.split("\n\n"):
+        para = para.replace("Your task, in the order of the handout:", f"In the order of Part {part}'s handout:")
+        para = re.sub(
+            r"Your task \(Part \d+'s handout, not in this kit\):\s*(?:write |implement )?", f"{given} of ", para
+        )
+        if re.search(r"^ {4}", para, re.M) or not _TO_AUTHOR.search(para):  # a table or a list: kept as it is
+            paragraphs.append(para)
+            continue
+        kept = [s for s in _SENTENCE_END.split(" ".join(para.split())) if not _TO_AUTHOR.search(s)]
+        if kept:
+            paragraphs.append(textwrap.fill(" ".join(kept), width=110))
+    if not any(p.startswith("Given code in this kit") for p in paragraphs):
+        paragraphs.insert(1, f"{given}, which the kit's parts build on.")
+    body = re.sub(r"\bYour\b", "The", re.sub(r"\byour\b", "the", body))
+    # "# ## Task 2.1: naive DDP", "(Task 7.1)": the handout's sections, not the reader's tasks.
+    return re.sub(r"\bTask (\d+\.\d+)", r"§\1", head + quote + "\n\n".join(paragraphs) + end + body)
 
 
 # Paths a student document may name: tests, scripts, handouts (`tests/test_x.py`, `python -m scripts.bench.x`).
