@@ -103,18 +103,14 @@ def test_waiting_turns_a_peer_error_into_a_peer_failure_and_a_hang_into_on_failu
 
 @pytest.mark.task10_5
 def test_on_failure_is_called_once_and_only_while_the_main_thread_waits():
-    """The heartbeat thread calls ``on_failure`` only while the main thread is inside ``waiting`` (outside, the
-    next ``waiting`` or ``check`` raises in the main thread), and once per failure, not at every interval."""
+    """The heartbeat thread calls ``on_failure`` only while the main thread is inside ``waiting``, and once per
+    failure, not at every interval."""
     (out,) = run_ranks(1, detector_rank, "on_failure", deadline=30)
     me = "rank 0's detector (timeout 0.3 s, interval 0.02 s)"
     assert out["outside"] == 0, (
         f"{me}: on_failure was called {out['outside']} time(s) while the main thread waited for nothing; it is "
         "for a main thread blocked inside `waiting` (JobRank.fail ends the process: a rank between two waits "
         "would be killed instead of raising PeerFailure where it stands)"
-    )
-    assert out["next_wait"] == "PeerFailure", (
-        f"{me}: the main thread's next `waiting` after rank 1 fell silent raised {out['next_wait']}, expected a "
-        "PeerFailure in the main thread"
     )
     assert out["inside"] >= 1, f"{me}: blocked 1 s inside `waiting` while rank 1 fell silent: no on_failure"
     assert out["inside"] == 1, (

@@ -325,12 +325,6 @@ def detector_rank(ctx, scenario: str) -> dict:
         beater.join()
         time.sleep(0.8)  # rank 1 has failed for 0.5 s, but this rank waits for nothing
         out["outside"] = len(calls)
-        try:
-            with det.waiting("the next wait"):
-                pass
-            out["next_wait"] = None
-        except Exception as exc:  # noqa: BLE001
-            out["next_wait"] = type(exc).__name__
         det.stop()
         store, stop, calls = dist.HashStore(), threading.Event(), []
         beater = threading.Thread(target=_beat_forever, args=(store, 1, 0, stop), daemon=True)
