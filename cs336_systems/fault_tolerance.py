@@ -126,7 +126,10 @@ class FailureDetector:
     error), a ``PeerFailure`` naming that peer, its step and ``what`` is raised from the error; any other
     error goes through unchanged. If a peer fails while the body is blocked, the thread calls
     ``on_failure(PeerFailure)`` within ``interval`` of noticing (the launcher's ``JobRank.fail`` reports and
-    ends the process; default: nothing). ``check()`` raises the ``PeerFailure`` if a peer has failed.
+    ends the process; default: nothing): only while the main thread is inside ``waiting`` (a rank between two
+    waits must not be ended where it stands), and once per failure (the first call reports; a wait that
+    starts after a peer failed is ended at the thread's next beat). ``check()`` raises the ``PeerFailure`` if
+    a peer has failed.
     Use as a context manager (``start``/``stop``). Raises ``ValueError`` for ``interval`` or ``timeout``
     not > 0 or ``interval >= timeout``, before starting.
     """

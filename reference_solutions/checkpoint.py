@@ -458,7 +458,8 @@ def save_checkpoint(state: dict, directory: str | os.PathLike, step: int, *, gro
     before anyone writes.
     ``ValueError`` (on every rank, before writing anything) for a negative ``step``, a value that is
     neither a Shard, a tensor nor picklable, or a Shard whose box does not fit in its global shape;
-    ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key.
+    ranks disagreeing on a key's global shape or dtype is a ``ValueError`` naming the key, on every rank,
+    found by the plan before any file is written (nothing is committed).
     """
     # BEGIN SOLUTION: Task 10.1 (sharded atomic save)
     me, world, ranks = _group_info(group)
@@ -606,10 +607,11 @@ def load_checkpoint(state: dict, directory: str | os.PathLike, step: int | None 
     For every Shard (or tensor, a whole box) in ``state``, the saved boxes of the same key that
     overlap it are found in the metadata and exactly the overlapping bytes are read: for each saved
     box, each maximal run of bytes that is contiguous in that box's row-major data and lies inside the
-    requested box, rounded out to whole checksum blocks, read with one ``seek`` + ``read`` and checked
-    against the block checksums (a mismatch is a ``TornCheckpoint`` naming the key). Nothing else of
-    the tensor data is read (metadata may be read whole). If ``reads`` is a list, every read of tensor
-    data (each ``seek`` + ``read`` above) is appended to it as ``(file name relative to the step folder,
+    requested box, rounded out to whole checksum blocks; the blocks of a saved box's runs merged into
+    ranges, each range read once (one ``seek`` + ``read``, or several of consecutive pieces: no byte is read
+    twice) and checked against the block checksums (a mismatch is a ``TornCheckpoint`` naming the key).
+    Nothing else of the tensor data is read (metadata may be read whole). If ``reads`` is a list, every read
+    of tensor data (each ``seek`` + ``read`` above) is appended to it as ``(file name relative to the step folder,
     start byte, stop byte)``; reads of the metadata and of the non-tensor values are not recorded.
 
     Returns ``{key: value}`` for the non-tensor keys of ``state`` (the saved values of this group
