@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.grading import channel
-from scripts.grading.sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox
+from scripts.grading.sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox, kit_of_run
+from scripts.grading.staff import STAFF_TESTS
 from tests.harness import defaults
 from tests.harness.limits import cap, die_with_parent
 
@@ -391,8 +392,15 @@ def _spend(record: RunRecord, file_parts: dict[str, str], nodeid: str, seconds: 
 
 
 def run_tests(settings: Settings, staff: StaffFiles, sub: Submission, files: list[str]) -> RunRecord:
-    """Run ``files`` (sandbox-relative test files) against the submission; see the module docstring."""
+    """Run ``files`` (sandbox-relative test files) against the submission; see the module docstring.
+
+    The sandbox holds the kit of the parts graded (``settings.file_parts``: a grade of some parts from the staff
+    checkout gets their given code from the reference, sandbox.kit_of_run) and, of the staff-only test files
+    (the hidden tests), only those in ``files``."""
     record = RunRecord()
+    staff, sub, notes = kit_of_run(staff, sub, set(settings.file_parts.values()))
+    staff = staff.only_tests(STAFF_TESTS, files)
+    record.notes.extend(notes)
     deadline_at = time.monotonic() + settings.budget
     selection = list(files)
     sandbox = settings.work / "sandbox"

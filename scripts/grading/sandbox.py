@@ -10,9 +10,13 @@ the harness, pyproject.toml, the grading plugin, the given helpers of ``cs336_sy
 (``GIVEN_MODULES``: ``__init__``, ``models``, ``utils``, ``launcher``, ``transformer``: always the staff
 copies) and the student's part modules (or the staff stub for a module the submission lacks). In a kit of
 some parts, the modules of its given parts are the staff's copies too (``keep_graded``): only the modules its
-rubric grades come from the submission. It never holds ``reference_solutions``: a placeholder package of that
-name raises ImportError, so that a submission importing the reference fails loudly instead of finding an
-installed copy.
+rubric grades come from the submission. A grade of some parts from the staff checkout (``--parts 11``, or a
+batch with it) stands for the kit of those parts (``kit_of_run``): its sandbox holds the part modules the kit
+ships, made by the same function that cuts the kit (scripts/grading/subset.py: the reference for the modules
+the graded parts build on, ``accounting.py`` with the graded parts' tasks as stubs), so a kit's student who
+hands in only their own modules gets the same grade here as through the kit's Gradescope zip. It never holds
+``reference_solutions``: a placeholder package of that name raises ImportError, so that a submission
+importing the reference fails loudly instead of finding an installed copy.
 
 Submissions are read, never extracted: no path from a zip ever reaches the file system, symlinks
 are refused, and sizes are capped (a zip bomb stops at the cap).
@@ -20,6 +24,7 @@ are refused, and sizes are capped (a zip bomb stops at the cap).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
@@ -29,6 +34,8 @@ from pathlib import Path
 
 from scripts.grading.staff import reaches_grading_machine
 from scripts.tools.submission import MAX_MODULE_BYTES, PART_MODULES
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The plugin is imported by this name inside the sandbox, from copies of these files (same paths as here).
 PLUGIN_NAME = "scripts.grading.plugin"
@@ -139,6 +146,40 @@ def keep_graded(sub: Submission, graded: frozenset[str]) -> Submission:
     return Submission(kept, notes, graded)
 
 
+@functools.lru_cache(maxsize=4)
+def _kit_modules(parts: frozenset[int]) -> dict[str, bytes]:
+    """``cs336_systems/<module>.py`` -> its text in the kit of ``parts``, exactly as the kit's cut ships it."""
+    from scripts.grading import subset  # it reads the reference: only ever called on the staff checkout
+
+    return {f"cs336_systems/{m}.py": text.encode() for m, text in subset.subset_stubs(parts).items()}
+
+
+def kit_of_run(staff: StaffFiles, sub: Submission, part_names) -> tuple[StaffFiles, Submission, list[str]]:
+    """The kit that a grade of the rubric entries ``part_names`` stands for: (its staff files, the submission with
+    only that kit's modules, notes for the student).
+
+    Graded from the staff checkout, whose ``cs336_systems`` holds only stubs, a grade of some parts
+    (``--parts 11``) is the kit of those parts: every part module outside them is what the kit ships (the
+    reference for the modules they build on, a stub for the others; ``accounting.py`` with the graded parts'
+    tasks as stubs and the rest given), never the staff checkout's stub of a module the student was given;
+    the submission's copies of modules outside them are ignored. The whole kit, and a grader without the
+    reference (the Gradescope zip, whose ``cs336_systems`` is already its kit's), are left as they are."""
+    from scripts.grading.subset import given_modules, module_parts
+
+    owner = module_parts()
+    parts = frozenset(owner[n] for n in part_names if n in owner)
+    if not parts or parts >= set(owner.values()) or not (REPO / "reference_solutions").is_dir():
+        return staff, sub, []
+    graded = frozenset(m for m, n in owner.items() if n in parts) | ALWAYS_GRADED
+    if sub.graded is not None:
+        graded &= sub.graded
+    given = given_modules(parts)
+    kept = keep_graded(sub, graded)
+    # Only the given modules a graded test runs are worth a line; other parts' modules are simply not graded.
+    notes = [n for n in kept.notes if n not in sub.notes and n.split(".py", 1)[0] in given]
+    return StaffFiles({**staff.files, **_kit_modules(parts)}), Submission(kept.modules, sub.notes, graded), notes
+
+
 @dataclass
 class StaffFiles:
     """The staff files a sandbox needs, held in memory: what a submission does on disk cannot alter them."""
@@ -167,6 +208,19 @@ class StaffFiles:
         """The same files but those under ``prefix``: the public run's sandbox holds no hidden test, so
         nothing a submission does during it can read one."""
         return StaffFiles({rel: data for rel, data in self.files.items() if not rel.startswith(prefix)})
+
+    def only_tests(self, prefix: str, files: list[str]) -> StaffFiles:
+        """The same files but the test files under ``prefix`` that are not in ``files``: the hidden run's sandbox
+        holds the hidden tests it grades and no other part's (a submission graded on ``--parts ddp`` finds no
+        hidden test of another part to read)."""
+        keep = set(files)
+        return StaffFiles(
+            {
+                rel: data
+                for rel, data in self.files.items()
+                if not (rel.startswith(prefix) and Path(rel).name.startswith("test_")) or rel in keep
+            }
+        )
 
 
 def build_sandbox(dest: Path, staff: StaffFiles, sub: Submission) -> list[str]:
