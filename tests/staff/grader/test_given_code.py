@@ -1,25 +1,44 @@
-"""A kit's given code is always the staff's copy at grading (staff only).
+"""A kit's given code is always the staff's copy at grading, wherever the grader runs (staff only).
 
     pytest tests/staff/grader/test_given_code.py -v
 
 A kit of some parts ships the modules its parts build on as given code (scripts/grading/subset.py). A student who
-edits one (say ``ddp.py`` in a kit of parts 4 and 7) must be graded on the staff's copy, with a line saying so.
-Fast, single-process checks: no rank and no grade runs here; the kit's Gradescope zip check in CI grades a
-submission that ships an edited given module end to end.
+edits one (say ``ddp.py`` in a kit of parts 4 and 7) must be graded on the staff's copy, with a line saying so;
+a student who hands in only the kit's own modules (what ``python -m scripts.tools.submission`` zips) must get the
+same grade through the three ways a course grades: the staff checkout's CLI with ``--parts``, a ``--batch`` with
+it, and the kit's Gradescope zip. For the kits of Parts 11, 10 and 4 + 5 + 7 the sandbox the CLI (and a batch,
+which runs the CLI per submission) builds holds exactly the zip's part modules, the submission's in place of the
+kit's own; then one short grade per way, each on one kit and on tests that run given code, gives the reference's
+kit modules full marks (about a minute in all).
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from scripts.grading import subset
+from scripts.grading import make_autograder_zip, subset
 from scripts.grading.rubric import RUBRIC_PATH, load_rubric
-from scripts.grading.sandbox import StaffFiles, build_sandbox, graded_modules, keep_graded, read_submission
+from scripts.grading.sandbox import StaffFiles, build_sandbox, graded_modules, keep_graded, kit_of_run, read_submission
 from scripts.tools.submission import PART_MODULES
+from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
+from tests.staff.grader.grading import grade
 
 pytestmark = pytest.mark.staff
+
+KITS = {"11": frozenset({11}), "10": frozenset({10}), "4,5,7": frozenset({4, 5, 7})}
+# Per kit, public tests that run its given code (-k), and where each grades them.
+GIVEN_CODE_TESTS = {
+    "11": "composed_meshes_train or parallel_blocks_train",  # mesh, ddp, fsdp, tensor_parallel, ...
+    "10": "dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone or without_a_spare_fsdp_restarts_smaller",
+    "4,5,7": "hsdp_training_matches_one_process",  # mesh's HSDP on the given fsdp
+}
 
 EDITED = b'raise RuntimeError("a student edited this given module")\n'
 
@@ -72,3 +91,96 @@ def test_the_whole_kit_grades_every_part_module_from_the_submission(tmp_path):
     sub = read_submission(_submission(tmp_path, {"ddp": b"# mine\n"}))
     sub = keep_graded(sub, graded_modules(list(load_rubric().parts)))
     assert sub.modules == {"ddp": b"# mine\n"} and not any("given" in n for n in sub.notes), sub.notes
+
+
+def _kit_modules(parts: frozenset[int]) -> list[str]:
+    """The part modules a student of the kit writes: its parts' modules and the mixed accounting."""
+    owner = subset.module_parts()
+    return sorted({m for m, n in owner.items() if n in parts} | {"accounting"})
+
+
+def _reference_submission(folder: Path, parts: frozenset[int]) -> Path:
+    """A submission of the reference's copies of the kit's own modules, nothing else."""
+    return _submission(
+        folder, {m: (REPO / "reference_solutions" / f"{m}.py").read_bytes() for m in _kit_modules(parts)}
+    )
+
+
+def _zip_modules(zip_path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(zip_path) as zf:
+        return {n: zf.read(n) for n in zf.namelist() if n.startswith("cs336_systems/") and n.endswith(".py")
+                and Path(n).stem in PART_MODULES}  # fmt: skip
+
+
+@pytest.mark.parametrize("kit", list(KITS))
+def test_a_grade_with_parts_builds_the_sandbox_of_the_kits_zip(tmp_path, kit):
+    """The sandbox of ``--parts`` from the staff checkout holds the zip's part modules (given code, the
+    reference; accounting with the kit's tasks as stubs), the submission's own modules in place of the kit's,
+    and no staff stub of a module the kit gives."""
+    parts = KITS[kit]
+    sub = keep_graded(
+        read_submission(_reference_submission(tmp_path, parts)), graded_modules(list(load_rubric().parts))
+    )
+    selected = load_rubric().select(kit.split(","))
+    staff, sub, notes = kit_of_run(StaffFiles.snapshot(REPO), sub, set(selected.parts))
+    build_sandbox(tmp_path / "sandbox", staff, sub)
+    make_autograder_zip.build(tmp_path / "autograder.zip", parts)
+    want = _zip_modules(tmp_path / "autograder.zip")
+    want.update({f"cs336_systems/{m}.py": data for m, data in sub.modules.items()})
+    assert set(sub.modules) == set(_kit_modules(parts)), f"graded from the submission: {sorted(sub.modules)}"
+    for rel, data in sorted(want.items()):
+        got = (tmp_path / "sandbox" / rel).read_bytes()
+        assert got == data, f"kit {kit}: the sandbox's {rel} is not the zip's (or the submission's)"
+    for module in sorted(subset.given_modules(parts)):
+        text = (tmp_path / "sandbox/cs336_systems" / f"{module}.py").read_text()
+        assert "raise NotImplementedError" not in text, f"kit {kit}: given {module}.py is a stub in the sandbox"
+
+
+def _full_marks(results: dict, what: str) -> None:
+    tests = results["tests"]
+    most = sum(t["max_score"] for t in tests)
+    assert most > 0 and results["score"] == pytest.approx(most), (
+        f"{what}: {results['score']} / {most}\n{results['output']}\n"
+        + "\n".join(t["output"][:1500] for t in tests if t["score"] < t["max_score"])
+    )
+
+
+def test_the_cli_with_parts_gives_the_kit_of_part_11_full_marks(tmp_path):
+    """``python -m scripts.grading SUB --parts 11`` of parallelize.py and accounting.py alone: the mesh, DDP,
+    FSDP, TP, pipeline and CP it composes are the reference's (before: the stubs, 3.51 / 15)."""
+    modules = {m: (REPO / "reference_solutions" / f"{m}.py").read_text() for m in _kit_modules(KITS["11"])}
+    graded = grade(tmp_path, modules, parts="11", select=GIVEN_CODE_TESTS["11"], timeout=300)
+    _full_marks(graded.results, "CLI, kit 11")
+
+
+def test_a_batch_with_parts_gives_the_kit_of_part_10_full_marks(tmp_path):
+    """``--batch DIR --parts 10`` of checkpoint.py, fault_tolerance.py and accounting.py: TP, DDP and FSDP are the
+    reference's."""
+    batch = tmp_path / "subs"
+    batch.mkdir()
+    _reference_submission(batch / "student", KITS["10"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--parts", "10", "--select",
+         GIVEN_CODE_TESTS["10"], "--world-sizes", "2", "--timeout", "300"],
+        cwd=REPO, env=grader_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = tmp_path / "subs-results" / "student.json"
+    assert out.exists(), f"the batch wrote no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    _full_marks(json.loads(out.read_text()), "--batch, kit 10")
+
+
+def test_the_gradescope_zip_gives_the_kit_of_parts_4_5_7_full_marks(tmp_path):
+    """The zip of parts 4, 5 and 7, unpacked alone, grades tensor_parallel, pipeline, mesh and accounting with its
+    own grader: DDP, ZeRO and FSDP are the zip's given code."""
+    make_autograder_zip.build(tmp_path / "autograder.zip", KITS["4,5,7"])
+    root = tmp_path / "source"
+    with zipfile.ZipFile(tmp_path / "autograder.zip") as zf:
+        zf.extractall(root)
+    sub = _reference_submission(tmp_path / "student", KITS["4,5,7"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "scripts.grading", str(sub), "--out", str(tmp_path / "r.json"), "--select",
+         GIVEN_CODE_TESTS["4,5,7"], "--world-sizes", "2", "--timeout", "300"],
+        cwd=root, env=grader_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert (tmp_path / "r.json").exists(), f"no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    _full_marks(json.loads((tmp_path / "r.json").read_text()), "Gradescope zip, kit 4,5,7")
