@@ -32,10 +32,10 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from scripts.grading.gpu_results import lookup
+from scripts.grading.gpu_results import UPLOAD, lookup, read_graded
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
-from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded, read_submission
+from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded
 from scripts.grading.staff import path_of
 from scripts.grading.summary import STAFF_LOG, headline, write_summary
 from tests.harness import defaults
@@ -279,7 +279,7 @@ def grade_one(args) -> int:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
         try:
-            raw = read_submission(args.submission)
+            raw = read_graded(args.submission)  # through a zip left inside a submission folder too
             node = lookup(args.precomputed, raw) if args.precomputed else None
             if node is not None:  # graded on the GPU node (scripts/grading/gpu_results.py): its grade stands
                 write_json(args.out, node)
@@ -294,8 +294,8 @@ def grade_one(args) -> int:
             sub = None
         if sub is not None:
             notes.extend(sub.notes)
-            if not sub.modules:
-                notes.append("no part module (collectives.py, ddp.py, ...) was found in the submission")
+            if not sub.modules and not any(UPLOAD in n for n in notes):
+                notes.append(f"no part module (collectives.py, ddp.py, ...) was found in the submission: {UPLOAD}")
             staff = StaffFiles.snapshot(REPO)  # read before any student code runs; not for a precomputed grade
             record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
         results = build_results(rubric, record, notes, time.monotonic() - start, settings_of(args))

@@ -13,11 +13,18 @@ that zip ("Update Autograder") and "Regrade All Submissions". For each submissio
 is in the bundle, its results are the grade and nothing runs; otherwise (a late or changed submission) the
 submission is graded on Gradescope's CPU as usual, and the output says it was not graded on the GPU node.
 
+``pack`` refuses (exit 1, nothing written) a batch whose results graded other parts, or to another maximum, than
+the kit they are delivered in (the zip's own rubric with ``--into``, else ``--rubric``), naming each submission and
+what differs: a bundle of ``--parts 2,4,6`` grades in a full kit's zip would give students 35.8 / 39. Each result is
+labelled with the backend and world sizes its own grade recorded. A grade that failed (no tests) is left out, so
+Gradescope grades that submission on its CPU.
+
 ``--csv`` also writes one row per student (name, SID, email from the export's ``submission_metadata.yml``,
 score, maximum, submission id), for a gradebook or a manual upload where the course prefers it.
 
-The fingerprint covers exactly the bytes the grader grades (``read_submission``: the part modules, chosen the
-same way), so renaming the zip or adding a README keeps the GPU grade, and changing one graded byte loses it.
+The fingerprint covers exactly the bytes the grader grades (``read_graded``: the part modules, chosen the
+same way, through a zip left inside the submission folder too), so renaming the zip or adding a README keeps the
+GPU grade, and changing one graded byte loses it.
 """
 
 from __future__ import annotations
@@ -26,15 +33,91 @@ import argparse
 import csv
 import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
-from scripts.grading.sandbox import Submission, read_submission
+from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric
+from scripts.grading.sandbox import Submission, SubmissionError, read_submission
 
 BUNDLE_NAME = "gpu-results.json"  # its name inside the autograder zip (run_autograder looks for it)
-NOTE = "Graded on the staff's GPU node (NCCL, world sizes {sizes}); Gradescope shows that grade."
+KIT_RUBRIC = "scripts/grading/rubric.toml"  # the kit's rubric, inside the autograder zip
+UPLOAD = ("upload the submission.zip that `python -m scripts.tools.submission` writes, as it is (Gradescope "
+          "unpacks it): not a folder or another zip around it")  # fmt: skip
+
+
+class PackError(ValueError):
+    """The batch's results do not fit the kit they would be delivered in; the message names each difference."""
+
+
+def read_graded(path: Path) -> Submission:
+    """The part modules the grader grades (``read_submission``). A folder that holds none but one zip that does (a
+    student's submission.zip uploaded beside other files, or zipped again, which Gradescope unpacks once) is read
+    through that zip, with a note; with several such zips none is graded, and the notes say what to upload."""
+    sub = read_submission(path)
+    if sub.modules or not path.is_dir():
+        return sub
+    zips = sorted(Path(d) / n for d, _, names in os.walk(path) for n in names if n.lower().endswith(".zip"))
+    inside = []
+    for z in zips:
+        try:
+            inner = read_submission(z)
+        except SubmissionError:
+            continue
+        if inner.modules and not z.is_symlink():
+            inside.append((z.relative_to(path).as_posix(), inner))
+    if len(inside) == 1:
+        name, inner = inside[0]
+        inner.notes.insert(0, f"graded the part modules in {name}, a zip inside your submission; next time {UPLOAD}")
+        return inner
+    if inside:
+        names = ", ".join(n for n, _ in inside)
+        sub.notes.append(f"{len(inside)} zips inside your submission hold part modules ({names}): none was graded; "
+                         f"{UPLOAD}")  # fmt: skip
+    return sub
+
+
+def label(results: dict) -> str:
+    """The students' first line: where and how this grade ran, as its own results recorded it."""
+    settings = results.get("extra_data", {}).get("settings") or {}
+    if not settings.get("backend") or not settings.get("world_sizes"):
+        raise PackError("its results do not record their backend and world sizes (an older grader's): grade again")
+    where = "NCCL on the staff's GPU node" if settings["backend"] == "nccl" else f"{settings['backend']} on CPUs"
+    sizes = settings["world_sizes"].replace(",", ", ")
+    return f"Graded by the staff ({where}, world sizes {sizes}); Gradescope shows that grade."
+
+
+def kit_problems(results: dict, kit: Rubric) -> list[str]:
+    """How the parts and maxima of ``results`` differ from the kit's (each part's points + hidden points)."""
+    got: dict[str, float] = {}
+    for t in results.get("tests", []):
+        part = (t.get("tags") or ["?"])[0]
+        got[part] = got.get(part, 0.0) + t.get("max_score", 0.0)
+    want = {name: p.points + p.hidden_points for name, p in kit.parts.items()}
+    found = []
+    if set(got) != set(want):
+        extra, missing = sorted(set(got) - set(want)), sorted(set(want) - set(got))
+        found.append("graded parts " + ", ".join(sorted(got)) + " (maximum " + f"{sum(got.values()):g}); the kit's are "
+                     + ", ".join(want) + f" (maximum {sum(want.values()):g})" + (f"; not in the kit: {', '.join(extra)}"
+                     if extra else "") + (f"; not graded: {', '.join(missing)}" if missing else ""))  # fmt: skip
+    found += [f"part {n}: maximum {got[n]:g}, the kit's {want[n]:g}" for n in want if n in got
+              and abs(got[n] - want[n]) > 1e-6]  # fmt: skip
+    return found
+
+
+def kit_rubric(zip_path: Path | None, rubric: Path) -> Rubric:
+    """The rubric of the kit a bundle is delivered in: the zip's own, else ``rubric``."""
+    if zip_path is None:
+        return load_rubric(rubric)
+    with zipfile.ZipFile(zip_path) as zf, tempfile.TemporaryDirectory() as tmp:
+        if KIT_RUBRIC not in zf.namelist():
+            raise PackError(f"{zip_path} holds no {KIT_RUBRIC}: is it make_autograder_zip's?")
+        path = Path(tmp) / "rubric.toml"
+        path.write_bytes(zf.read(KIT_RUBRIC))
+        return load_rubric(path)
 
 
 def fingerprint(sub: Submission) -> str:
@@ -72,23 +155,35 @@ def read_metadata(export: Path) -> dict[str, list[dict[str, str]]]:
     return out
 
 
-def pack(export: Path, results_dir: Path, sizes: str) -> tuple[dict, list[dict]]:
-    """The bundle (fingerprint -> results) and one CSV row per submitter."""
+def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]]:
+    """The bundle (fingerprint -> results) and one CSV row per submitter; ``PackError`` naming every submission
+    whose results differ from ``kit`` (parts or maximum) or do not say how they were graded."""
     metadata = read_metadata(export)
-    bundle, rows = {}, []
+    bundle, rows, problems = {}, [], []
     for sub_path in sorted(p for p in export.iterdir() if p.is_dir() or p.suffix == ".zip"):
         result_path = results_dir / f"{sub_path.stem}.json"
         if not result_path.exists():
             print(f"{sub_path.name}: no results in {results_dir} (not graded?); left out", file=sys.stderr)
             continue
         results = json.loads(result_path.read_text())
-        results["output"] = NOTE.format(sizes=sizes) + "\n\n" + results.get("output", "")
-        bundle[fingerprint(read_submission(sub_path))] = results
+        if not results.get("tests"):
+            print(f"{sub_path.name}: its grade failed (no tests); left out, Gradescope grades it", file=sys.stderr)
+            continue
+        try:
+            results["output"] = label(results) + "\n\n" + results.get("output", "")
+        except PackError as exc:
+            problems.append(f"{sub_path.name}: {exc}")
+        problems += [f"{sub_path.name}: {p}" for p in kit_problems(results, kit)]
+        bundle[fingerprint(read_graded(sub_path))] = results
         maximum = round(sum(t.get("max_score", 0) for t in results.get("tests", [])), 2)
         for person in metadata.get(sub_path.stem, [{}]):
             rows.append({"name": person.get("name", ""), "sid": person.get("sid", ""),
                          "email": person.get("email", ""), "score": results.get("score", 0),
                          "max_score": maximum, "submission": sub_path.stem})  # fmt: skip
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise PackError("not packed: these results do not fit the kit (" + ", ".join(kit.parts) + "):\n  "
+                        + "\n  ".join(shown))  # fmt: skip
     return bundle, rows
 
 
@@ -108,9 +203,14 @@ def main(argv=None) -> int:
     k.add_argument("--out", type=Path, default=Path("out") / BUNDLE_NAME)
     k.add_argument("--csv", type=Path, help="also write one row per student here")
     k.add_argument("--into", type=Path, help="add the bundle to this autograder zip as " + BUNDLE_NAME)
-    k.add_argument("--world-sizes", default="2,4,8", help="what the node graded at, for the students' note")
+    k.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="without --into: the kit's rubric, which every "
+                   "result must match in parts and maximum (default scripts/grading/rubric.toml)")  # fmt: skip
     args = p.parse_args(argv)
-    bundle, rows = pack(args.export, args.results, args.world_sizes)
+    try:
+        bundle, rows = pack(args.export, args.results, kit_rubric(args.into, args.rubric))
+    except PackError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(bundle))
     print(f"{args.out}: {len(bundle)} graded submissions")

@@ -3,6 +3,9 @@
     python -m scripts.tools.submission                  # writes submission.zip in the current folder
     python -m scripts.tools.submission --out my.zip
 
+Upload the zip itself: Gradescope unpacks it. (A zip inside a folder or another zip is still found and graded
+when it is the only one that holds part modules, with a note.)
+
 Only the part modules are graded: ``cs336_systems/<module>.py`` for each module in ``PART_MODULES``
 below (collectives, ddp, ..., one per idea of the handouts). The grader uses its own copies of the given
 modules (``GIVEN_MODULES``: __init__.py, models.py, utils.py, launcher.py, transformer.py) and of the tests, so
@@ -89,7 +92,8 @@ def main() -> int:
             zf.write(path, f"cs336_systems/{module}.py")
     for problem in problems:
         print("PROBLEM:", problem)
-    print(f"wrote {args.out}" + (" (with problems: fix them before you hand it in)" if problems else ""))
+    print(f"wrote {args.out}" + (" (with problems: fix them before you hand it in)" if problems else
+          ": upload this zip itself to Gradescope (it unpacks it), not a folder or another zip around it"))  # fmt: skip
     return 1 if problems else 0
 
 

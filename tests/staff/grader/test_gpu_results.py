@@ -46,8 +46,28 @@ submission_102:
 """
 
 
-def _results(score: float) -> dict:
-    return {"score": score, "output": "part lines", "tests": [{"name": "t", "score": score, "max_score": 10}]}
+KIT_RUBRIC = """\
+[parts.ddp]
+number = 2
+points = 10
+files = ["tests/test_ddp*.py"]
+"""  # a kit of part 2 worth 10 points, which the results below match
+
+
+def _results(score: float, backend: str = "nccl", sizes: str = "2,4,8", most: float = 10, part="ddp") -> dict:
+    return {
+        "score": score,
+        "output": "part lines",
+        "extra_data": {"settings": {"backend": backend, "world_sizes": sizes}},
+        "tests": [{"name": "t", "score": score, "max_score": most, "tags": [part]}],
+    }
+
+
+def _kit_zip(path):
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("run_autograder", "#!/bin/sh\n")
+        zf.writestr(gpu_results.KIT_RUBRIC, KIT_RUBRIC)
+    return path
 
 
 @pytest.fixture
@@ -61,22 +81,27 @@ def graded_batch(tmp_path):
     (export / "submission_metadata.yml").write_text(METADATA)
     results.mkdir()
     (results / "submission_101.json").write_text(json.dumps(_results(7)))
-    (results / "submission_102.json").write_text(json.dumps(_results(9.5)))
+    (results / "submission_102.json").write_text(json.dumps(_results(9.5, "gloo", "1,2,4")))
+    (tmp_path / "kit.toml").write_text(KIT_RUBRIC)
     return export, results
 
 
 def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_per_student(graded_batch, tmp_path):
     """pack: one bundle entry per graded submission, a CSV row per student, the bundle added to the zip once."""
     export, results = graded_batch
-    out, table, kit = tmp_path / "gpu-results.json", tmp_path / "grades.csv", tmp_path / "autograder.zip"
-    with zipfile.ZipFile(kit, "w") as zf:
-        zf.writestr("run_autograder", "#!/bin/sh\n")
+    out, table, kit = tmp_path / "gpu-results.json", tmp_path / "grades.csv", _kit_zip(tmp_path / "autograder.zip")
     argv = ["pack", str(export), str(results), "--out", str(out), "--csv", str(table), "--into", str(kit)]
     assert gpu_results.main(argv) == 0
     bundle = json.loads(out.read_text())
     assert len(bundle) == 2, f"two submissions were graded on the node, the bundle holds {len(bundle)}"
     found = gpu_results.lookup(out, read_submission(export / "submission_102"))
-    assert found and found["score"] == 9.5 and "GPU node" in found["output"], found
+    assert (
+        found
+        and found["score"] == 9.5
+        and found["output"].startswith("Graded by the staff (gloo on CPUs, world sizes 1, 2, 4)")
+    ), found
+    first = gpu_results.lookup(out, read_submission(export / "submission_101"))["output"]
+    assert first.startswith("Graded by the staff (NCCL on the staff's GPU node, world sizes 2, 4, 8)"), first
     assert gpu_results.lookup(out, read_submission(export / "submission_103")) is None, "an ungraded one was found"
     rows = list(csv.DictReader(table.open()))
     assert [(r["name"], r["sid"], r["email"], r["score"], r["max_score"]) for r in rows] == [
@@ -93,7 +118,8 @@ def test_one_changed_graded_byte_loses_the_node_grade_a_renamed_or_extra_file_ke
     """The key is the graded modules' bytes: a renamed folder or extra file keeps the grade, a byte loses it."""
     export, results = graded_batch
     bundle = tmp_path / "b.json"
-    gpu_results.main(["pack", str(export), str(results), "--out", str(bundle)])
+    assert gpu_results.main(["pack", str(export), str(results), "--out", str(bundle), "--rubric",
+                             str(tmp_path / "kit.toml")]) == 0  # fmt: skip
     moved = tmp_path / "renamed"
     shutil.copytree(export / "submission_101", moved)
     (moved / "notes.txt").write_text("extra\n")
@@ -111,7 +137,8 @@ def test_run_autograder_hands_out_the_node_grade_without_running_anything(graded
     for folder in ("scripts", "tests", "cs336_systems"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "staff"))
     shutil.copy(ROOT / "pyproject.toml", source)
-    gpu_results.main(["pack", str(export), str(results), "--out", str(source / gpu_results.BUNDLE_NAME)])
+    gpu_results.main(["pack", str(export), str(results), "--out", str(source / gpu_results.BUNDLE_NAME), "--rubric",
+                      str(tmp_path / "kit.toml")])  # fmt: skip
     shutil.copytree(export / "submission_101", root / "submission")
     (root / "results").mkdir()
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "CS336_PYTHON": sys.executable, "CS336_RUN_AS": ""}
@@ -135,3 +162,44 @@ def test_the_node_check_names_the_torch_build_and_fails_without_the_gpus_it_expe
     too_many = torch.cuda.device_count() + 1
     assert torch_build.main(["--expect-gpus", str(too_many)]) == 1
     assert "CS336_TORCH" in capsys.readouterr().err, "the failure does not say how to install a CUDA build"
+
+
+@pytest.mark.parametrize(
+    "results, expected",
+    [
+        (_results(7, most=13), "part ddp: maximum 13, the kit's 10"),
+        (_results(7, part="tensor_parallel"), "not in the kit: tensor_parallel; not graded: ddp"),
+        ({**_results(7), "extra_data": {}}, "do not record their backend and world sizes"),
+    ],
+    ids=["other-maximum", "other-parts", "no-settings"],
+)
+def test_pack_refuses_results_that_do_not_fit_the_kit_and_names_what_differs(graded_batch, tmp_path, results,
+                                                                              expected, capsys):  # fmt: skip
+    """A batch graded with other parts or another maximum than the zip's kit (``--parts 2,4,6`` results in a full
+    kit's zip gave students 35.8 / 39), or results that do not say how they ran: refused, nothing written."""
+    export, folder = graded_batch
+    (folder / "submission_102.json").write_text(json.dumps(results))
+    kit, out = _kit_zip(tmp_path / "autograder.zip"), tmp_path / "b.json"
+    assert gpu_results.main(["pack", str(export), str(folder), "--out", str(out), "--into", str(kit)]) == 1
+    err = capsys.readouterr().err
+    assert "submission_102" in err and expected in err and "submission_101" not in err, err
+    assert not out.exists() and gpu_results.BUNDLE_NAME not in zipfile.ZipFile(kit).namelist()
+
+
+def test_a_zip_left_inside_the_submission_folder_is_graded_and_keyed_by_its_modules(graded_batch, tmp_path):
+    """Gradescope unpacks an uploaded zip once: a submission.zip uploaded beside other files, or zipped again,
+    arrives as a zip inside the folder. Its modules are graded (with a note saying what to upload) and the GPU
+    bundle finds it; two such zips are not guessed between, and the notes say what to upload."""
+    export, _ = graded_batch
+    folder = tmp_path / "upload"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / "submission.zip", "w") as zf:
+        zf.write(export / "submission_101" / "cs336_systems" / "ddp.py", "cs336_systems/ddp.py")
+    (folder / "README.md").write_text("notes\n")
+    sub = gpu_results.read_graded(folder)
+    assert sub.modules == read_submission(export / "submission_101").modules
+    assert "submission.zip, a zip inside your submission" in sub.notes[0] and gpu_results.UPLOAD in sub.notes[0]
+    assert gpu_results.fingerprint(sub) == gpu_results.fingerprint(read_submission(export / "submission_101"))
+    shutil.copy(folder / "submission.zip", folder / "again.zip")
+    two = gpu_results.read_graded(folder)
+    assert not two.modules and any("2 zips" in n and gpu_results.UPLOAD in n for n in two.notes), two.notes

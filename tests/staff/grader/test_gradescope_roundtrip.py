@@ -5,7 +5,8 @@
 As Gradescope does: the zip (``python -m scripts.grading.make_autograder_zip``) is unpacked into
 ``<root>/source``, ``setup.sh`` runs once (here without installing packages: the test's interpreter
 already has them), then, per submission, the student's files go to ``<root>/submission`` and
-``run_autograder`` must leave ``<root>/results/results.json``. Part 6 only, to stay cheap; grading as
+``run_autograder`` must leave ``<root>/results/results.json``. ``setup.sh`` must name the torch the kit pins.
+Part 6 only, to stay cheap; grading as
 an unprivileged user is left out here (``CS336_RUN_AS=""``: the scratch tree lives under a folder that
 user may not reach).
 """
@@ -21,6 +22,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.harness.pool import ROOT as REPO
 from tests.staff.grader import grader_env
@@ -42,16 +44,26 @@ def autograder(tmp_path_factory) -> Path:
         zf.extractall(root / "source")  # Gradescope puts the whole zip in /autograder/source
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "CS336_SKIP_INSTALL": "1"}
-    subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env, check=True, capture_output=True)
+    setup = subprocess.run(["bash", str(root / "source" / "setup.sh")], env=env, check=True, capture_output=True,
+                           text=True)  # fmt: skip
+    # It would install the torch the kit pins (scripts/setup.sh), the one this venv runs.
+    assert f"torch pin: torch=={torch.__version__.split('+')[0]}\n" in setup.stdout, setup.stdout
     return root
 
 
-def _grade(root: Path, accounting_source: str) -> dict:
+def _grade(root: Path, accounting_source: str, zipped: bool = False) -> dict:
+    """``zipped``: the module arrives in a submission.zip inside the submission folder, beside a README (a zip
+    uploaded with other files, or zipped twice: Gradescope unpacks one level)."""
     for folder in ("submission", "results"):
         shutil.rmtree(root / folder, ignore_errors=True)
         (root / folder).mkdir()
-    (root / "submission" / "cs336_systems").mkdir()
-    (root / "submission" / "cs336_systems" / "accounting.py").write_text(accounting_source)
+    if zipped:
+        with zipfile.ZipFile(root / "submission" / "submission.zip", "w") as zf:
+            zf.writestr("cs336_systems/accounting.py", accounting_source)
+        (root / "submission" / "README.md").write_text("my notes\n")
+    else:
+        (root / "submission" / "cs336_systems").mkdir()
+        (root / "submission" / "cs336_systems" / "accounting.py").write_text(accounting_source)
     env = grader_env()
     env.update(AUTOGRADER_ROOT=str(root), CS336_PYTHON=sys.executable, CS336_RUN_AS="",
                CS336_GRADE_ARGS="--parts accounting --world-sizes 1")  # fmt: skip
@@ -62,8 +74,10 @@ def _grade(root: Path, accounting_source: str) -> dict:
 
 
 def test_the_reference_gets_full_marks_through_run_autograder(autograder):
-    """run_autograder on the reference's accounting.py writes results.json with full marks, hidden test included."""
-    results = _grade(autograder, (REPO / "reference_solutions" / "accounting.py").read_text())
+    """run_autograder on the reference's accounting.py writes results.json with full marks, hidden test included,
+    though the module came in a zip inside the submission folder (graded, and the output says what to upload)."""
+    results = _grade(autograder, (REPO / "reference_solutions" / "accounting.py").read_text(), zipped=True)
+    assert "submission.zip, a zip inside your submission" in results["output"], results["output"]
     most = sum(t["max_score"] for t in results["tests"])
     assert results["score"] == pytest.approx(most, abs=0.01) and most > 0, results.get("output")  # 3-decimal rounding
     assert any(t["name"].endswith("(hidden test)") for t in results["tests"]), [t["name"] for t in results["tests"]]
