@@ -679,7 +679,8 @@ def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, se
     {"tp": 131_072, "cp": 696_608, "pp": 16_384, "dp": 500_000}.
 
     Raises ``TypeError``/``ValueError`` naming the argument for bad counts, ``seq`` not divisible by
-    cp·tp, or ``n_heads`` not divisible by tp.
+    cp·tp or, when cp > 1, by 2·cp (the zigzag layout's 2·cp equal chunks), or ``n_heads`` not divisible
+    by tp.
     """
     raise NotImplementedError("Task 11.4 (capstone accounting): see handouts/11-capstone.md §11.4")
 
@@ -723,9 +724,15 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
 
     Returns ``{"dp", "tp", "pp", "cp", "ep", "zero_stage", "num_microbatches", "memory_per_rank",
     "bytes_per_axis", "rows"}``: the chosen layout, its memory, what one rank sends per step on each axis,
-    and ``rows``, one dict per configuration tried, in order, with keys ``tp, cp, pp, dp, ep, zero_stage,
-    memory_per_rank, fits, reason`` (``ep``, ``zero_stage`` and ``memory_per_rank`` None for a layout
-    rejected by rule 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
+    and ``rows``, one dict per configuration tried, in the order tried (each cp of rule 4; in it rule 3's
+    two passes; in each, rule 1's candidates; at each, rule 5's ep and ZeRO stages), ending with the
+    chosen one, with keys ``tp, cp, pp, dp, ep, zero_stage, memory_per_rank, fits, rejected, reason``.
+    A (tp, cp, pp) that rule 2 rejects is one row in each pass that reaches it, with ``ep``,
+    ``zero_stage`` and ``memory_per_rank`` None and ``rejected`` the first of rule 2's conditions it
+    fails, checked in this order: "batch" (dp is not an integer that, times microbatch, divides
+    global_batch), "fills" (pp > 1 and m < pp), "split" (tp does not divide seq / cp); every other row
+    has ``rejected`` None and its memory. ``reason`` says the same in words, for people (tools read
+    ``rejected``). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
     from ``capstone_bytes_per_rank(P, num_layers, d_model, heads, d_model // heads, seq, microbatch, dp=,
     pp=, cp=, tp=, num_microbatches=m)`` with P = num_params - X + X * tp / ep (so that its gradient bytes
     are this rank's own, dense / (tp * pp) + experts / (ep * pp)), and "ep" =

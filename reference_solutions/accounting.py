@@ -1139,7 +1139,8 @@ def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, se
     {"tp": 131_072, "cp": 696_608, "pp": 16_384, "dp": 500_000}.
 
     Raises ``TypeError``/``ValueError`` naming the argument for bad counts, ``seq`` not divisible by
-    cp·tp, or ``n_heads`` not divisible by tp.
+    cp·tp or, when cp > 1, by 2·cp (the zigzag layout's 2·cp equal chunks), or ``n_heads`` not divisible
+    by tp.
     """
     # BEGIN SOLUTION: Task 11.4 (capstone accounting)
     dp, pp, cp, tp, m = (_count(x, n, minimum=1, integer=True) for x, n in [
@@ -1154,6 +1155,8 @@ def capstone_bytes_per_rank(num_params, n_layers, d_model, n_heads, head_dim, se
     n = _count(num_params, "num_params")
     if s % (cp * tp):
         raise ValueError(f"seq ({s}) must be divisible by cp * tp ({cp * tp})")
+    if cp > 1 and s % (2 * cp):
+        raise ValueError(f"seq ({s}) must be divisible by 2 * cp ({2 * cp}): zigzag cuts it into 2 * cp chunks")
     if a % tp:
         raise ValueError(f"n_heads ({a}) must be divisible by tp ({tp})")
     blocks = math.ceil(layers / pp)
@@ -1208,9 +1211,15 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
 
     Returns ``{"dp", "tp", "pp", "cp", "ep", "zero_stage", "num_microbatches", "memory_per_rank",
     "bytes_per_axis", "rows"}``: the chosen layout, its memory, what one rank sends per step on each axis,
-    and ``rows``, one dict per configuration tried, in order, with keys ``tp, cp, pp, dp, ep, zero_stage,
-    memory_per_rank, fits, reason`` (``ep``, ``zero_stage`` and ``memory_per_rank`` None for a layout
-    rejected by rule 2 before its memory was computed). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
+    and ``rows``, one dict per configuration tried, in the order tried (each cp of rule 4; in it rule 3's
+    two passes; in each, rule 1's candidates; at each, rule 5's ep and ZeRO stages), ending with the
+    chosen one, with keys ``tp, cp, pp, dp, ep, zero_stage, memory_per_rank, fits, rejected, reason``.
+    A (tp, cp, pp) that rule 2 rejects is one row in each pass that reaches it, with ``ep``,
+    ``zero_stage`` and ``memory_per_rank`` None and ``rejected`` the first of rule 2's conditions it
+    fails, checked in this order: "batch" (dp is not an integer that, times microbatch, divides
+    global_batch), "fills" (pp > 1 and m < pp), "split" (tp does not divide seq / cp); every other row
+    has ``rejected`` None and its memory. ``reason`` says the same in words, for people (tools read
+    ``rejected``). ``bytes_per_axis``: "tp", "cp", "pp", "dp"
     from ``capstone_bytes_per_rank(P, num_layers, d_model, heads, d_model // heads, seq, microbatch, dp=,
     pp=, cp=, tp=, num_microbatches=m)`` with P = num_params - X + X * tp / ep (so that its gradient bytes
     are this rank's own, dense / (tp * pp) + experts / (ep * pp)), and "ep" =
@@ -1265,17 +1274,13 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
         for stages in ((0, 1, 2), (3,)):  # rule 3
             for tp, pp in candidates:  # rule 1
                 dp = gpus // (tp * cp * pp)
-                m = batch // (dp * mb) if dp else 0
-                row = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": None, "zero_stage": None, "memory_per_rank": None}
-                if not dp or dp * tp * cp * pp != gpus or batch % (dp * mb):
-                    rows.append({**row, "fits": False, "reason": f"dp * microbatch must divide the batch of {batch}"})
+                row = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": None, "zero_stage": None, "memory_per_rank": None,
+                       "fits": False}  # fmt: skip
+                rejected = _rule2(gpus, batch, mb, s, tp, cp, pp)
+                if rejected:
+                    rows.append({**row, "rejected": rejected[0], "reason": rejected[1]})
                     continue
-                if pp > 1 and m < pp:
-                    rows.append({**row, "fits": False, "reason": f"{m} microbatches < {pp} stages: never fills"})
-                    continue
-                if (s // cp) % tp:
-                    rows.append({**row, "fits": False, "reason": f"seq / cp = {s // cp} does not split over tp"})
-                    continue
+                m = batch // (dp * mb)
                 # rule 5: the smallest ep (1 for a dense model), at each the lowest ZeRO stage of this pass
                 eps = [d for d in range(1, dp * cp + 1) if dp * cp % d == 0 and max(e, 1) % d == 0]
                 for ep, zero in ((ep, zero) for ep in eps for zero in stages):
@@ -1285,7 +1290,7 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
                     fits = memory <= budget
                     reason = f"{memory / 1e9:.1f} GB {'<=' if fits else '>'} {budget / 1e9:.1f} GB"
                     rows.append({**row, "ep": ep, "zero_stage": zero, "memory_per_rank": memory, "fits": fits,
-                                 "reason": reason})  # fmt: skip
+                                 "rejected": None, "reason": reason})  # fmt: skip
                     if fits:
                         # capstone_bytes_per_rank's gradients, e * P / (tp * pp), are then this rank's own.
                         own = n - experts + experts * tp / ep
@@ -1298,3 +1303,20 @@ def plan_capstone(num_params, num_layers, d_model, heads, seq, global_batch, *, 
                                 "rows": rows}  # fmt: skip
     raise ValueError(f"no configuration fits in gpu_memory_bytes ({budget:.3g}); tried {len(rows)}")
     # END SOLUTION
+
+
+# BEGIN SOLUTION
+def _rule2(gpus: int, batch: int, mb: int, seq: int, tp: int, cp: int, pp: int) -> tuple[str, str] | None:
+    """plan_capstone's rule 2: (``rejected``, reason) for the first condition (tp, cp, pp) fails, or None."""
+    dp = gpus // (tp * cp * pp)
+    if not dp or dp * tp * cp * pp != gpus or batch % (dp * mb):
+        return "batch", f"dp * microbatch must divide the batch of {batch}"
+    m = batch // (dp * mb)
+    if pp > 1 and m < pp:
+        return "fills", f"{m} microbatches < {pp} stages: never fills"
+    if (seq // cp) % tp:
+        return "split", f"seq / cp = {seq // cp} does not split over tp"
+    return None
+
+
+# END SOLUTION

@@ -123,6 +123,9 @@ RULE_CASES = {
     # only CP fits them in 60 MB: cp = 2, dp = 2, ZeRO-2 over the 4 ranks of the same weights.
     "small-long-sequence": {**SMALL, "gpus_per_node": 1, "num_nodes": 4, "seq": 4096, "global_batch": 4,
                             "gpu_memory_bytes": 60e6},
+    # An odd sequence splits over no tp > 1 ("split"), and tp 2 × pp 8 outgrows the 8 GPUs ("batch"): ZeRO 0-2 at
+    # tp 1 does not fit in 10 MB, so the rules reject every tp 2 layout before ZeRO-3 at tp 1 fits.
+    "small-odd-sequence": {**SMALL, "seq": 9, "global_batch": 64, "gpu_memory_bytes": 10e6},
     # Experts (8 of d_ff 1024 in 4 layers) dominate: ep = 4 spans dp = 2 and cp ranks.
     "small-moe-with-cp": {**SMALL, "seq": 2048, "global_batch": 2, "gpu_memory_bytes": 20e6, "num_experts": 8,
                           "expert_d_ff": 1024, "moe_layers": 4, "top_k": 2, "num_params": 2e5 + 4 * 8 * 132160},
@@ -131,7 +134,8 @@ RULE_CASES = {
 
 @pytest.mark.task11_4
 def test_plan_capstone_follows_its_rules():
-    """Llama 3 405B, a DeepSeek-V3-like MoE and small clusters: the layout, memory, bytes and rows the rules give."""
+    """Llama 3 405B, a DeepSeek-V3-like MoE and small clusters: the layout, memory, bytes and rows the rules give
+    (those rule 2 rejects included, each labelled by its ``rejected`` field)."""
     for (name, case), (status, plan) in zip(RULE_CASES.items(), plan_calls(list(RULE_CASES.values()))):
         check_plan(name, case, status, plan)
 

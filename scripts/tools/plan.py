@@ -92,8 +92,9 @@ def plan(accounting, name: str, spec: dict, capstone: bool = False, all_rows: bo
 
 
 def excluded_summary(rows: list[dict]) -> str:
-    """One line per cp: how many layouts the rules excluded before computing their memory, and why (a layout
-    is tried once per ZeRO pass; counted once here)."""
+    """One line per cp: how many layouts the rules excluded before computing their memory, and why (each row's
+    ``rejected``, as plan_capstone's docstring states it; plan_parallelism's rows have none: its only rule that
+    rejects early is the batch's). A layout is tried once per ZeRO pass; counted once here."""
     why = {"fills": "fewer microbatches than stages", "split": "seq / cp does not split over tp",
            "batch": "dp * microbatch does not divide the batch"}  # fmt: skip
     seen, counts = set(), {}
@@ -101,8 +102,7 @@ def excluded_summary(rows: list[dict]) -> str:
         key = (r.get("cp", 1), r["tp"], r["pp"])
         if r["memory_per_rank"] is None and key not in seen:
             seen.add(key)
-            kind = next((k for k in why if k in r["reason"]), "batch")
-            counts.setdefault(key[0], Counter())[kind] += 1
+            counts.setdefault(key[0], Counter())[r.get("rejected") or "batch"] += 1
     lines = [f"  cp {cp}: " + ", ".join(f"{n} x {why[k]}" for k, n in c.items()) for cp, c in counts.items()]
     return "\n".join(["Layouts excluded before memory (--all-rows lists them):", *lines]) if lines else ""
 

@@ -3,7 +3,8 @@
 The rules of the docstring, applied here by brute force: every layout they allow is listed with its memory
 (recomputed from the docstring's formula, not taken from the implementation), and the first that fits in the
 rules' order of preference is the one the planner must choose; ``check_plan`` judges an answer against it
-(layout, memory, bytes per axis, and a row for every layout tried before it). ``clusters`` draws random models
+(layout, memory, bytes per axis, a row for every layout tried before it, and a row for every layout rule 2
+rejected before it, labelled by its ``rejected`` field). ``clusters`` draws random models
 and clusters (hypothesis), ``plan_calls`` runs plan_capstone on cases in one rank.
 """
 
@@ -90,6 +91,36 @@ def _layouts(c: dict) -> list[tuple]:
     return sorted(out, key=lambda kv: kv[0])
 
 
+def _rejection(c: dict, tp: int, cp: int, pp: int) -> str | None:
+    """Rule 2's first failed condition for (tp, cp, pp), in the docstring's order, or None (memory is computed)."""
+    gpus, mb = c["gpus_per_node"] * c["num_nodes"], c.get("microbatch", 1)
+    dp = gpus // (tp * cp * pp)
+    if not dp or dp * tp * cp * pp != gpus or c["global_batch"] % (dp * mb):
+        return "batch"
+    if pp > 1 and c["global_batch"] // (dp * mb) < pp:
+        return "fills"
+    return "split" if (c["seq"] // cp) % tp else None
+
+
+def rejected_before(c: dict, plan: dict) -> set[tuple]:
+    """(tp, cp, pp, rejected) of every layout rule 2 rejects that the rules try before ``plan``'s: all those of a
+    smaller cp, and at its cp those of rule 1's candidates before its own (all of them when it is ZeRO-3's pass)."""
+    per_node, gpus = c["gpus_per_node"], c["gpus_per_node"] * c["num_nodes"]
+    tps = [t for t in _powers(per_node) if c.get("kv_heads", c["heads"]) % t == 0]
+    candidates = [(t, 1) for t in tps] + [(tps[-1], p) for p in _powers(c["num_layers"]) if p > 1]
+    mine = candidates.index((plan["tp"], plan["pp"]))
+    out = set()
+    for cp in [q for q in _powers(gpus) if q == 1 or c["seq"] % (2 * q) == 0]:
+        if cp > plan["cp"]:
+            break
+        for i, (tp, pp) in enumerate(candidates):
+            if cp == plan["cp"] and plan["zero_stage"] != 3 and i >= mine:
+                break
+            if kind := _rejection(c, tp, cp, pp):
+                out.add((tp, cp, pp, kind))
+    return out
+
+
 def _bytes(c: dict, plan: dict) -> dict:
     """capstone_bytes_per_rank's terms for the chosen layout (this rank's own gradients), and the all-to-all."""
     tp, cp, pp, dp, ep, m = (plan[k] for k in ("tp", "cp", "pp", "dp", "ep", "num_microbatches"))
@@ -134,6 +165,18 @@ def check_plan(name: str, c: dict, status: str, plan) -> None:
     rows = plan["rows"]
     assert rows and rows[-1]["fits"] and not any(r["fits"] for r in rows[:-1]), (
         f"{name}: rows must end with the chosen layout, the only one that fits"
+    )
+    unlabelled = [r for r in rows if (r.get("rejected") is None) != (r["memory_per_rank"] is not None)]
+    assert not unlabelled, (
+        f"{name}: a row has its memory_per_rank, or 'rejected' (which of rule 2's conditions it failed), never both "
+        f"nor neither: {unlabelled[0]}"
+    )
+    want_rejected = rejected_before(c, want)
+    got_rejected = {(r["tp"], r["cp"], r["pp"], r["rejected"]) for r in rows if r["memory_per_rank"] is None}
+    assert got_rejected == want_rejected, (
+        f"{name}: the layouts rule 2 rejects before {want}, as (tp, cp, pp, rejected): the rules give "
+        f"{sorted(want_rejected)}; the rows say {sorted(got_rejected)} "
+        f"(missing: {sorted(want_rejected - got_rejected)}, unexpected: {sorted(got_rejected - want_rejected)})"
     )
     fields = ("tp", "cp", "pp", "dp", "ep", "zero_stage")
     tried = {tuple(r[k] for k in fields): r for r in rows}

@@ -73,4 +73,28 @@ MUTANTS = [
         new="tokens = m * mb * s // cp",
         caught_by=PLAN(expect="bytes_per_axis['ep']"),
     ),
+    Mutant(
+        "planner_drops_rows_rejected_for_the_batch",
+        "accounting",
+        "the layouts rule 2 rejects because dp * microbatch does not divide the batch leave no row",
+        old='rows.append({**row, "rejected": rejected[0], "reason": rejected[1]})',
+        new='rows += [{**row, "rejected": rejected[0], "reason": rejected[1]}] if rejected[0] != "batch" else []',
+        caught_by=PLAN(expect="missing"),
+    ),
+    Mutant(
+        "planner_rejections_in_words_only",
+        "accounting",
+        "a row rejected by rule 2 says why in its reason only, without the rejected field tools read",
+        old='rows.append({**row, "rejected": rejected[0], "reason": rejected[1]})',
+        new='rows.append({**row, "reason": rejected[1]})',
+        caught_by=PLAN(expect="never both nor neither"),
+    ),
+    Mutant(
+        "planner_split_labelled_as_batch",
+        "accounting",
+        "a layout whose seq / cp does not split over tp is labelled rejected for the batch",
+        old='return "split", f"seq / cp = {seq // cp} does not split over tp"',
+        new='return "batch", f"seq / cp = {seq // cp} does not split over tp"',
+        caught_by=PLAN(expect="unexpected"),
+    ),
 ]
