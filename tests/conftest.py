@@ -17,7 +17,7 @@ import os
 import pytest
 
 from tests.harness import defaults
-from tests.harness.config import CONFIG
+from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
 from tests.harness.run import gpu_shortfall
 
 _DEVICE_FAITHFUL_AT_START = defaults.env_device_faithful()  # the environment's, before any session sets it
@@ -77,6 +77,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Read by the pool for each task (tests/harness/pool.py); set either way, for a pytest process that runs
     # several sessions (the staff suite server), where one session's option must not leak into the next.
     os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1" if config.getoption("--device-faithful") else "0"
+    # The node a device-faithful run stands for has a GPU per rank of its largest world size: a job of more ranks
+    # is skipped (tests/harness/run.py) or, started anyway, fails (tests/harness/stray_tensors.py).
+    os.environ[ENV_DEVICE_FAITHFUL_GPUS] = str(max(_world_sizes(config), default=1))
     os.environ[defaults.ENV_P2P_MATCHING] = config.getoption("--p2p-matching")  # read by pool.py per task
     if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
         os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))
@@ -111,7 +114,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                f"--world-sizes is {','.join(map(str, chosen))}")  # fmt: skip
     params = []
     for w in sizes:
-        shortfall = gpu_shortfall(w) if CONFIG.backend == "nccl" else None
+        shortfall = gpu_shortfall(w)
         marks = [pytest.mark.skip(reason=shortfall)] if shortfall else []
         params.append(pytest.param(w, id=f"w{w}", marks=marks))
     if not params:

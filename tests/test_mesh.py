@@ -112,7 +112,7 @@ def hsdp_meshes(world_size: int) -> list[tuple[int, int]]:
 def hsdp_rank(ctx, shape, opt_name, batches, record_step):
     M = ctx.load("mesh")
     torch.manual_seed(ctx.rank)  # a different model on every rank: HSDP must start from rank 0's
-    model = DeepMLP(LAYERS, D_MODEL, D_FF)
+    model = DeepMLP(LAYERS, D_MODEL, D_FF).to(ctx.device)  # drawn on the CPU (as the oracle's), used on the rank's
     mesh = M.ProcessMesh(shape)
     hsdp = M.HSDP(model, mesh, shard_axis="shard", replicate_axis="replicate")
     shard_numel = {name: p.numel() for name, p in hsdp.module.named_parameters()}

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 from tests.harness.defaults import env_backend, env_deadline, env_impl, resolve_impl
 
+# The GPU count a device-faithful run on gloo stands for: the largest --world-sizes (tests/conftest.py sets it, the
+# ranks read it: tests/harness/stray_tensors.py).
+ENV_DEVICE_FAITHFUL_GPUS = "CS336_DEVICE_FAITHFUL_GPUS"
+
 
 @dataclass
 class Config:

@@ -31,10 +31,12 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
 from tests.harness import defaults
+from tests.harness.stray_tensors import Origin, StrayTensorWatch, caller_chain, follow, tag
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_FILE = os.path.abspath(__file__)
 _REPO = str(Path(__file__).resolve().parents[2]) + os.sep
+_HARNESS = str(Path(__file__).resolve().parent) + os.sep  # the harness's own tensors are not the test's
 _VENVS = tuple(_REPO + name + os.sep for name in (".venv", "venv", ".tox"))
 # Factories whose first argument may be a tensor, which they keep on its device.
 _FROM_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
@@ -74,6 +76,10 @@ def _builds_fresh_module(frame) -> bool:
     return not any(isinstance(v, (torch.nn.Module, torch.Tensor)) for v in given)
 
 
+def _shown(name: str) -> str:
+    return name[len(_REPO) :] if name.startswith(_REPO) else name
+
+
 def _package_dir(name: str) -> str | None:
     try:
         spec = importlib.util.find_spec(name)
@@ -101,17 +107,46 @@ class DeviceFaithfulMode(TorchFunctionMode):
         self.factories = _device_constructors()
         self.log = os.environ.get(defaults.ENV_DEVICE_FAITHFUL_LOG) or None
 
+    def __enter__(self):
+        self._watch = StrayTensorWatch(self._chain).__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            self._watch.__exit__(*exc)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in self.factories and kwargs.get("device") is None and kwargs.get("generator") is None:
-            if not (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
-                site = self._watched_caller()
-                if site is not None and self.log is not None:  # survey: list every site in one run, raise none
-                    with open(self.log, "a") as f:
-                        f.write(f"{site}: torch.{getattr(func, '__name__', func)}\n")
-                elif site is not None:
-                    raise ImplicitDeviceAllocation(self._message(func, site))
-        return func(*args, **kwargs)
+        if func not in self.factories or (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
+            return follow(func, args, kwargs)  # not a factory, or one that keeps its data's device
+        device, generator = kwargs.get("device"), kwargs.get("generator")
+        name = f"torch.{getattr(func, '__name__', func)}"
+        if device is None and generator is None:
+            site = self._watched_caller()
+            if site is not None and self.log is not None:  # survey: list every site in one run, raise none
+                with open(self.log, "a") as f:
+                    f.write(f"{site}: {name}\n")
+            elif site is not None:
+                raise ImplicitDeviceAllocation(self._message(func, site))
+            return self._stray(func(*args, **kwargs), f"{name}(...) without device=")  # torch's, for the caller
+        out = func(*args, **kwargs)
+        if device is None and generator.device.type == "cpu":
+            return self._stray(out, f"{name}(..., generator=) drawn on the CPU")
+        if isinstance(device, str) and device.startswith("cpu"):
+            return self._stray(out, f"{name}(..., device={device!r})")
+        return out
+
+    def _chain(self) -> str:
+        return caller_chain(self.watched, _shown, (*_VENVS, _HARNESS))
+
+    def _stray(self, out, what: str):
+        """Tag ``out``, a CPU tensor under NCCL too, with where it was made (tests/harness/stray_tensors.py)."""
+        chain = self._chain()
+        if chain and isinstance(out, torch.Tensor):
+            tag(out, Origin(what, chain))
+        return out
 
     def _watched_caller(self) -> str | None:
         """``file:line`` of the factory's direct caller if it is watched code; else None (torch's own calls, such
@@ -126,8 +161,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
         name = os.path.abspath(frame.f_code.co_filename)
         if not name.startswith(self.watched) or name.startswith(_VENVS) or _builds_fresh_module(frame):
             return None
-        shown = name[len(_REPO) :] if name.startswith(_REPO) else name
-        return f"{shown}:{frame.f_lineno} (in {frame.f_code.co_name})"
+        return f"{_shown(name)}:{frame.f_lineno} (in {frame.f_code.co_name})"
 
     def _message(self, func, site: str) -> str:
         fn = f"torch.{getattr(func, '__name__', func)}"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from tests.harness.config import CONFIG
-from tests.harness.defaults import resolve_impl
+from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.defaults import env_device_faithful, resolve_impl
 from tests.harness.pool import get_pool
 
 
@@ -17,27 +19,41 @@ def run_ranks(world_size: int, fn, *args, deadline: float | None = None, impl: s
     ``deadline`` and ``impl`` default to ``CONFIG`` (the command line).
     """
     __tracebackhide__ = True
-    if CONFIG.backend == "nccl":
-        _skip_without_a_gpu_per_rank(world_size)
+    need_gpus(world_size, f"world size {world_size}")
     pool = get_pool(world_size, CONFIG.backend)
     return pool.run(fn, args, kwargs, impl=resolve_impl(impl or CONFIG.impl), deadline=deadline or CONFIG.deadline)
 
 
-def gpu_shortfall(world_size: int) -> str | None:
-    """Why ``world_size`` ranks cannot run on NCCL here, or None: NCCL puts rank r on cuda:r and refuses two
-    ranks on one GPU, so a world size above the node's GPU count is skipped, saying why (the parametrized
-    world sizes in tests/conftest.py, and fixed-size tests through ``run_ranks``)."""
-    import torch
+def gpu_count() -> int | None:
+    """The GPUs this run has, one per rank: the node's on NCCL; in device-faithful mode on gloo, the node it stands
+    for (the largest --world-sizes, tests/harness/stray_tensors.py); None on plain gloo (no limit)."""
+    if CONFIG.backend == "nccl":
+        import torch
 
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return (
-        f"world size {world_size} needs {world_size} GPUs on nccl (one per rank), {have} visible"
-        if world_size > have
-        else None
-    )
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if env_device_faithful():
+        return int(os.environ.get(ENV_DEVICE_FAITHFUL_GPUS) or 8)
+    return None
 
 
-def _skip_without_a_gpu_per_rank(world_size: int) -> None:
-    reason = gpu_shortfall(world_size)
+def gpu_shortfall(ranks: int, what: str | None = None) -> str | None:
+    """Why ``ranks`` ranks cannot run here, or None: NCCL puts rank r on cuda:r and refuses two ranks on one GPU
+    ("Duplicate GPU detected"), so a job of more ranks than GPUs is skipped, saying why. The one rule for the
+    parametrized world sizes (tests/conftest.py), fixed-size tests (``run_ranks``) and the jobs a test starts
+    through the launcher (``need_gpus``)."""
+    have = gpu_count()
+    if have is None or ranks <= have:
+        return None
+    what = what or f"world size {ranks}"
+    where = (f"{have} visible" if CONFIG.backend == "nccl"
+             else f"device-faithful mode stands for a node of {have} (the largest --world-sizes)")  # fmt: skip
+    return f"{what} needs {ranks} GPUs on nccl (one per rank), {where}"
+
+
+def need_gpus(ranks: int, what: str) -> None:
+    """Skip the calling test unless the run has a GPU for each of the ``ranks`` ranks of a job it starts itself
+    (through the launcher: ``run_ranks(1, ...)`` whose rank forks ``ranks`` more). ``what`` names the job."""
+    __tracebackhide__ = True
+    reason = gpu_shortfall(ranks, what)
     if reason:
         pytest.skip(reason)

@@ -122,7 +122,7 @@ def tp_shard(name: str, full: torch.Tensor, tp: int, tp_rank: int) -> torch.Tens
 def trainer_rank(ctx, shape, opt_name, zero_stage, batches, record_step=-1):
     M = ctx.load("mesh")
     torch.manual_seed(0)  # the same dense model on every rank
-    model = DeepMLP(LAYERS, D_MODEL, D_FF)
+    model = DeepMLP(LAYERS, D_MODEL, D_FF).to(ctx.device)  # drawn on the CPU (as the oracle's), used on the rank's
     mesh = M.ProcessMesh(shape)
     cls, kwargs = OPTIMIZERS[opt_name]
     trainer = M.MeshTrainer(model, mesh, nn.MSELoss(), cls, num_microbatches=MICROBATCHES, zero_stage=zero_stage,
