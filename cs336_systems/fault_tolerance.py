@@ -128,8 +128,8 @@ class FailureDetector:
     ``on_failure(PeerFailure)`` within ``interval`` of noticing (the launcher's ``JobRank.fail`` reports and
     ends the process; default: nothing): only while the main thread is inside ``waiting`` (a rank between two
     waits must not be ended where it stands), and once per failure (the first call reports; a wait that
-    starts after a peer failed is ended at the thread's next beat). ``check()`` raises the ``PeerFailure`` if
-    a peer has failed.
+    starts after a peer failed is ended by the thread's next beat at the latest). ``check()`` raises the
+    ``PeerFailure`` if a peer has failed.
     Use as a context manager (``start``/``stop``). Raises ``ValueError`` for ``interval`` or ``timeout``
     not > 0 or ``interval >= timeout``, before starting.
     """
