@@ -2,6 +2,8 @@
 
     .venv/bin/python -m pytest tests/test_ddp.py -k overlap --world-sizes 2 -x --comm-trace /tmp/tr
     python -m scripts.tools.trace /tmp/tr/test_ddp.py__test_each_bucket*w2-deep-bucketed*.json
+    pytest tests/test_parallelize.py --world-sizes 8 -k composed --comm-trace out/trace
+    python -m scripts.tools.trace out/trace/test_parallelize.py__test_composed*.json --summary "dp=2,pp=1,cp=2,tp=2"
 
 One row per process of each file: the judging pytest process (its setup, call and teardown) and each
 rank. On a rank's row the grey bar is a recorded region (named after the rank function) and each
@@ -11,12 +13,22 @@ thinner sub-rows. The same files open in https://ui.perfetto.dev or chrome://tra
 call's group, peer, bytes and shapes. Raw per-recording files (``DIR/.ranks/*.json``, left by code
 that records outside pytest) are drawn too, one row each. (pytest's own --trace is its debugger,
 hence --comm-trace.)
+
+``--summary TEXT`` also prints, for every recorded region whose label contains TEXT, each rank's calls
+per axis: how many of each op and their bytes (the tensors handed to the call: a send's message, an
+all-gather's or reduce-scatter's input on this rank). Part 11's training ranks record each step as a
+region labelled "mesh dp=2,pp=1,cp=2,tp=2 ddp step 0"; from those sizes (row-major, last axis fastest)
+a group's axis is the one along which its ranks' coordinates differ, and a send's the one along which
+the peer's do. Other labels name no axes: their groups are listed by ranks.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import re
+from collections import Counter
 from pathlib import Path
 
 import matplotlib
@@ -77,12 +89,59 @@ def draw(rows: list[tuple[str, list[dict]]], out: Path, title: str = "") -> None
     print(f"wrote {out}")
 
 
+def mesh_coords(label: str) -> tuple[list[str], list[tuple[int, ...]]] | None:
+    """The axes and every rank's coordinates of a region labelled "mesh dp=2,pp=1,cp=2,tp=2 ..." (row-major)."""
+    found = re.search(r"mesh ((?:\w+=\d+,?)+)", label)
+    if not found:
+        return None
+    sizes = [(a, int(n)) for a, n in (item.split("=") for item in found.group(1).strip(",").split(","))]
+    return [a for a, _ in sizes], list(itertools.product(*(range(n) for _, n in sizes)))
+
+
+def axis_of(call: dict, rank: int, mesh) -> str:
+    """The mesh axis a call travels along: the one where its group's (or a p2p peer's) coordinates differ."""
+    args = call["args"]
+    if mesh is None:
+        return f"peer {args['peer']}" if args["peer"] is not None else f"group {args['group']}"
+    axes, coords = mesh
+    members = [rank, args["peer"]] if args["peer"] is not None else args["group"]
+    varying = [a for i, a in enumerate(axes) if len({coords[r][i] for r in members}) > 1]
+    return "·".join(varying) or "self"
+
+
+def summary(rows: list[tuple[str, list[dict]]], text: str) -> list[str]:
+    """One line per (region, rank, axis, op): how many calls and their bytes, for regions labelled with ``text``."""
+    lines = []
+    for name, events in rows:
+        if not name.startswith("rank "):
+            continue
+        rank = int(name.split()[1])
+        for region in [e for e in events if e["cat"] == "phase" and text in e["name"]]:
+            end = region["ts"] + region["dur"]
+            mesh = mesh_coords(region["name"])
+            counts, sizes = Counter(), Counter()
+            for call in events:
+                if call["cat"] != "phase" and region["ts"] <= call["ts"] <= end:
+                    key = (axis_of(call, rank, mesh), call["name"])
+                    counts[key] += 1
+                    sizes[key] += call["args"]["bytes"]
+            for (axis, op), n in sorted(counts.items()):
+                lines.append(f"{region['name']} | {name} | {axis} | {op} | {n} calls | {sizes[(axis, op)]} bytes")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path, help="trace files (one per test, or raw rank files)")
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: the first file with .png)")
+    parser.add_argument("--summary", metavar="TEXT", help="print each rank's calls per axis in the regions "
+                        "whose label contains TEXT (e.g. 'dp=2,pp=1,cp=2,tp=2 ddp step 0')")  # fmt: skip
     args = parser.parse_args()
     rows = [row for f in sorted(args.files) for row in rows_of(f)]
+    if args.summary is not None:
+        lines = summary(rows, args.summary)
+        print("region | rank | axis | op | calls | bytes")
+        print("\n".join(lines) if lines else f"no recorded region's label contains {args.summary!r}")
     title = args.files[0].stem if len(args.files) == 1 else f"{len(args.files)} trace files"
     draw(rows, args.out or args.files[0].with_suffix(".png"), title)
 
