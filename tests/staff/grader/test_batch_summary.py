@@ -126,3 +126,17 @@ def test_a_batch_writes_the_dashboard_beside_the_results(batch_of_reference_and_
     assert all((out / name).exists() for name in ("grades.png", "dashboard.png", "summary.md", "alice.staff.log"))
     task = next(t for t in s["tasks"] if t["task"] == "1.1")
     assert (task["students_failing"], task["students_unfinished"], task["students_passing"]) == (0, 1, 1), task
+
+
+def test_entries_that_share_a_function_name_stay_apart():
+    """Parts 2 and 4 each have a test_bad_input_...: the dashboard keys tests by id (file::function), so a student
+    failing part 4's is not counted under part 2's, nor the two rows merged."""
+    name = "test_bad_input_raises_on_every_rank_before_communicating"
+    ddp = {**_entry(name, [("w2", ["2.1"], None)], part=2), "id": f"tests/test_ddp.py::{name}"}
+    tp = {
+        **_entry(name, [("w2", ["4.1"], "ValueError: wrong")], part=4),
+        "id": f"tests/test_tensor_parallel.py::{name}",
+    }
+    s = summarize({"a": _results(5, [ddp, tp])})
+    rows = {(c["task"], c["students_failing"], c["students_passing"]) for c in s["cases"] if c["test"] == name}
+    assert rows == {("2.1", 0, 1), ("4.1", 1, 0)}, s["cases"]
