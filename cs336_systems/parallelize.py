@@ -16,9 +16,10 @@ whole batch. Every axis is one of your parts on that axis's group:
     ep   Part 8  MoE experts split over ep, tokens by all-to-all; ep is data-parallel for everything else
 
 Rank layout: the mesh's (row-major, last axis fastest). The whole batch (B, S) is given to every rank;
-rank (dp=d, ep=e, cp=c, tp=t) trains on rows [(d·ep + e)·B/(dp·ep), ...) of it, on the tokens
-``shard_sequence(..., zigzag=True)`` gives cp rank c, of which it keeps the t-th contiguous 1/tp
-(sequence parallelism: the embedding, norms and head run on those tokens only).
+rank (dp=d, fsdp=f, ep=e, cp=c, tp=t) is data replica r = (d·fsdp + f)·ep + e of R = dp·fsdp·ep
+(fsdp = 1, f = 0 without an "fsdp" axis; ep likewise) and trains on rows [r·B/R, (r+1)·B/R) of it, on
+the tokens ``shard_sequence(..., zigzag=zigzag)`` gives cp rank c, of which it keeps the t-th contiguous
+1/tp (sequence parallelism: the embedding, norms and head run on those tokens only).
 
 Grouped-query attention under TP: rank t of T holds query heads [t·H/T, (t+1)·H/T) and the key/value
 heads [t·K/T, (t+1)·K/T) they read, so T must divide both H and K (Megatron replicates K/V heads when
@@ -57,7 +58,12 @@ class ParallelAttention(nn.Module):
     Parameters (names as the dense module's, no biases), on tp rank t of T: ``wq`` the rows of query
     heads [t·H/T, (t+1)·H/T), (H/T·head_dim, d_model); ``wk``, ``wv`` the rows of key/value heads
     [t·K/T, (t+1)·K/T), (K/T·head_dim, d_model) (Part 4's column shards); ``wo`` the matching
-    columns, (d_model, H/T·head_dim) (a row shard).
+    columns, (d_model, H/T·head_dim) (a row shard). Each is a plain ``nn.Linear`` (bias=False) holding
+    that shard (``ParallelSwiGLU``'s likewise): take the weight from Part 4's
+    ``ColumnParallelLinear.from_dense`` / ``RowParallelLinear.from_dense``, not the module, because
+    ``ColumnParallelLinear``'s forward adds ``copy_to_tp_region`` (an all-reduce over tp in backward) where
+    the block's sequence-parallel all-gather already does that job, and FSDP shards only ``nn.Linear`` and
+    ``nn.Embedding`` weights.
 
     Forward, a (s, b, d_model) -> (s, b, d_model): ``a`` is this cp rank's whole block of the sequence
     (s = S/cp tokens, in the layout ``context_parallel.shard_sequence(..., zigzag=zigzag)`` gives; already
@@ -108,8 +114,9 @@ class ParallelBlock(nn.Module):
     ``x + reduce_scatter_to_sp_region(sublayer(all_gather_from_sp_region(norm(x))))`` over tp, on the
     sequence dim (the block works sequence-first inside: (s_local, b, d)): exactly one all-gather
     and one reduce-scatter per sub-layer in forward, and one of each in backward (Part 4's functions;
-    nothing with one tp rank). An MoE sub-layer runs on this rank's own tokens, without tp
-    communication: ``x + moe(norm(x))`` (its all-to-alls go over ep).
+    nothing with one tp rank), and no other tp communication (no all-reduce: see ``ParallelAttention``).
+    An MoE sub-layer runs on this rank's own tokens, without tp communication: ``x + moe(norm(x))`` (its
+    all-to-alls go over ep).
     """
 
     def __init__(self, dense: Block, *, tp_group: dist.ProcessGroup, cp_group: dist.ProcessGroup,
@@ -131,8 +138,10 @@ class ParallelTransformer:
     """This rank's piece of ``model`` (a ``transformer.Transformer``) on ``mesh``, and its optimizer.
 
     ``mesh`` must have the axes "dp", "pp", "cp" and "tp" (sizes may be 1) and may have "ep", and "fsdp"
-    for ``data_parallel="hsdp"`` (then rank (dp=d, fsdp=f) is data replica d·fsdp + f). Built on
-    every rank from the same dense model (same seed); ``model`` itself is never changed. Construction:
+    for ``data_parallel="hsdp"`` (then the dp·fsdp ranks are data replicas, rank (dp=d, fsdp=f) the
+    (d·fsdp + f)-th: the module docstring's row rule). Built on every rank from the same dense model (same
+    seed); ``model`` itself is never changed, not even by ``train_step`` (every module is this rank's own
+    copy or shard). Construction:
 
       1. every block becomes a ``ParallelBlock`` (groups: ``mesh.group("tp")``, ``mesh.group("cp")``,
          ``mesh.group("ep")`` if the mesh has "ep", ``zigzag``); ``embed`` and ``head`` are copied
@@ -140,7 +149,8 @@ class ParallelTransformer:
       2. the blocks are cut into P·V chunks of L/(P·V) whole blocks (``pipeline.split_into_stages``),
          P = ``mesh.size("pp")``, V = ``num_chunks``; global chunk 0 starts with ``embed``, the last
          ends with ``head``; this rank keeps chunks pp_rank + k·P (k < V), as ``.chunks``, a list of
-         ``nn.Sequential`` whose parameter names are the dense model's (``block3.attn.wq.weight``), run
+         ``nn.Sequential`` whose parameter names are the dense model's (``block3.attn.wq.weight``) (the
+         chunks themselves, also under FSDP or HSDP, not their wrappers), run
          by a ``pipeline.PipelineStage`` over ``mesh.group("pp")``, with loss
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
       3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
@@ -150,8 +160,9 @@ class ParallelTransformer:
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
     ``local_state_dict()`` returns ``{dense name: tensor}`` for every parameter of this rank's chunks:
-    TP weights are this rank's shard as ``ParallelAttention``/``ParallelSwiGLU`` say, expert i of an
-    expert-parallel MoE is named after global expert ``ep_rank·E/ep + i``, FSDP shards are gathered
+    TP weights are this rank's shard as ``ParallelAttention``/``ParallelSwiGLU`` say, an expert-parallel
+    MoE holds E/ep experts, global experts [ep_rank·E/ep, (ep_rank+1)·E/ep), its local expert i named
+    after global expert ``ep_rank·E/ep + i`` (no other expert on this rank), FSDP shards are gathered
     (it communicates over dp, or fsdp, then; every rank must call it), anything else whole.
 
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
@@ -193,8 +204,9 @@ class ParallelTransformer:
         Nothing else communicates.
 
         ``ValueError`` naming ``inputs`` (or ``targets``) for a shape other than (B, S) of equal
-        shapes, B not divisible by dp·ep·num_microbatches, S not divisible by cp·tp (and, with zigzag,
-        by 2·cp): on every rank, before any communication.
+        shapes, B not divisible by dp·fsdp·ep·num_microbatches (the data replicas, each cut into
+        microbatches; fsdp, ep = 1 when the mesh lacks the axis), S not divisible by cp·tp (and, with zigzag
+        and cp > 1, by 2·cp; zigzag asks nothing more at cp = 1): on every rank, before any communication.
         """
         raise NotImplementedError("Task 11.3 (training step): see handouts/11-capstone.md §11.3")
 
