@@ -8,8 +8,8 @@ a student who hands in only the kit's own modules (what ``python -m scripts.tool
 same grade through the three ways a course grades: the staff checkout's CLI with ``--parts``, a ``--batch`` with
 it, and the kit's Gradescope zip. For the kits of Parts 11, 10 and 4 + 5 + 7 the sandbox the CLI (and a batch,
 which runs the CLI per submission) builds holds exactly the zip's part modules, the submission's in place of the
-kit's own; then one short grade per way, each on one kit and on tests that run given code, gives the reference's
-kit modules full marks (about a minute in all).
+kit's own; then one short grade per way, each on one kit and on a test that runs given code, gives the reference's
+kit modules full marks (the three side by side: about 30 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,16 +29,15 @@ from scripts.grading.sandbox import StaffFiles, build_sandbox, graded_modules, k
 from scripts.tools.submission import PART_MODULES
 from tests.harness.pool import ROOT as REPO
 from tests.staff.grader import grader_env
-from tests.staff.grader.grading import grade
 
 pytestmark = pytest.mark.staff
 
 KITS = {"11": frozenset({11}), "10": frozenset({10}), "4,5,7": frozenset({4, 5, 7})}
-# Per kit, public tests that run its given code (-k), and where each grades them.
+# Per kit, public tests that run its given code (-k), at world size 1 (one rank: the cheapest grade that does).
 GIVEN_CODE_TESTS = {
-    "11": "composed_meshes_train or parallel_blocks_train",  # mesh, ddp, fsdp, tensor_parallel, ...
-    "10": "dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone or without_a_spare_fsdp_restarts_smaller",
-    "4,5,7": "hsdp_training_matches_one_process",  # mesh's HSDP on the given fsdp
+    "11": "composed_meshes_train",  # the capstone on the given mesh (and whatever the mesh's shape needs)
+    "10": "dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone",  # a checkpoint of the given TP
+    "4,5,7": "hsdp_training_matches_one_process",  # the mesh's HSDP on the given fsdp
 }
 
 EDITED = b'raise RuntimeError("a student edited this given module")\n'
@@ -136,7 +136,51 @@ def test_a_grade_with_parts_builds_the_sandbox_of_the_kits_zip(tmp_path, kit):
         assert "raise NotImplementedError" not in text, f"kit {kit}: given {module}.py is a stub in the sandbox"
 
 
-def _full_marks(results: dict, what: str) -> None:
+@dataclass
+class Grade:
+    proc: subprocess.Popen
+    out: Path  # its results.json
+
+
+def _start(cmd: list[str], cwd: Path, out: Path) -> Grade:
+    proc = subprocess.Popen(cmd, cwd=cwd, env=grader_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    return Grade(proc, out)
+
+
+@pytest.fixture(scope="module")
+def kit_grades(tmp_path_factory) -> dict[str, Grade]:
+    """One short grade per way, started side by side (each is mostly the grader's and pytest's start-up), each on
+    the tests of ``GIVEN_CODE_TESTS`` at world size 1: the CLI with ``--parts 11``, a ``--batch`` with
+    ``--parts 10``, and the zip of parts 4, 5 and 7 unpacked alone and graded with its own grader."""
+    tmp = tmp_path_factory.mktemp("kit-grades")
+    common = ["--world-sizes", "1", "--timeout", "300"]
+    grader = [sys.executable, "-m", "scripts.grading"]
+    grades = {}
+    sub = _reference_submission(tmp / "cli", KITS["11"])
+    grades["cli"] = _start([*grader, str(sub), "--out", str(tmp / "cli.json"), "--parts", "11", "--select",
+                            GIVEN_CODE_TESTS["11"], *common], REPO, tmp / "cli.json")  # fmt: skip
+    batch = tmp / "batch"
+    _reference_submission(batch / "student", KITS["10"])
+    grades["batch"] = _start([*grader, "--batch", str(batch), "--parts", "10", "--select", GIVEN_CODE_TESTS["10"],
+                              *common], REPO, tmp / "batch-results" / "student.json")  # fmt: skip
+    make_autograder_zip.build(tmp / "autograder.zip", KITS["4,5,7"])
+    with zipfile.ZipFile(tmp / "autograder.zip") as zf:
+        zf.extractall(tmp / "source")
+    sub = _reference_submission(tmp / "zip-student", KITS["4,5,7"])
+    grades["zip"] = _start([*grader, str(sub), "--out", str(tmp / "zip.json"), "--select", GIVEN_CODE_TESTS["4,5,7"],
+                            *common], tmp / "source", tmp / "zip.json")  # fmt: skip
+    yield grades
+    for g in grades.values():
+        if g.proc.poll() is None:
+            g.proc.kill()
+            g.proc.wait()
+
+
+def _full_marks(grade: Grade, what: str) -> None:
+    _, err = grade.proc.communicate(timeout=600)
+    assert grade.out.exists(), f"{what}: no results (exit {grade.proc.returncode}):\n{err[-3000:]}"
+    results = json.loads(grade.out.read_text())
     tests = results["tests"]
     most = sum(t["max_score"] for t in tests)
     assert most > 0 and results["score"] == pytest.approx(most), (
@@ -145,42 +189,19 @@ def _full_marks(results: dict, what: str) -> None:
     )
 
 
-def test_the_cli_with_parts_gives_the_kit_of_part_11_full_marks(tmp_path):
-    """``python -m scripts.grading SUB --parts 11`` of parallelize.py and accounting.py alone: the mesh, DDP,
-    FSDP, TP, pipeline and CP it composes are the reference's (before: the stubs, 3.51 / 15)."""
-    modules = {m: (REPO / "reference_solutions" / f"{m}.py").read_text() for m in _kit_modules(KITS["11"])}
-    graded = grade(tmp_path, modules, parts="11", select=GIVEN_CODE_TESTS["11"], timeout=300)
-    _full_marks(graded.results, "CLI, kit 11")
+def test_the_cli_with_parts_gives_the_kit_of_part_11_full_marks(kit_grades):
+    """``python -m scripts.grading SUB --parts 11`` of parallelize.py and accounting.py alone: the mesh (and the
+    DDP, FSDP, TP, pipeline and CP it composes) is the reference's (before: the stubs, 3.51 / 15)."""
+    _full_marks(kit_grades["cli"], "CLI, kit 11")
 
 
-def test_a_batch_with_parts_gives_the_kit_of_part_10_full_marks(tmp_path):
-    """``--batch DIR --parts 10`` of checkpoint.py, fault_tolerance.py and accounting.py: TP, DDP and FSDP are the
-    reference's."""
-    batch = tmp_path / "subs"
-    batch.mkdir()
-    _reference_submission(batch / "student", KITS["10"])
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.grading", "--batch", str(batch), "--parts", "10", "--select",
-         GIVEN_CODE_TESTS["10"], "--world-sizes", "2", "--timeout", "300"],
-        cwd=REPO, env=grader_env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    out = tmp_path / "subs-results" / "student.json"
-    assert out.exists(), f"the batch wrote no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-    _full_marks(json.loads(out.read_text()), "--batch, kit 10")
+def test_a_batch_with_parts_gives_the_kit_of_part_10_full_marks(kit_grades):
+    """``--batch DIR --parts 10`` of checkpoint.py, fault_tolerance.py and accounting.py: TP (and DDP, FSDP) are
+    the reference's."""
+    _full_marks(kit_grades["batch"], "--batch, kit 10")
 
 
-def test_the_gradescope_zip_gives_the_kit_of_parts_4_5_7_full_marks(tmp_path):
+def test_the_gradescope_zip_gives_the_kit_of_parts_4_5_7_full_marks(kit_grades):
     """The zip of parts 4, 5 and 7, unpacked alone, grades tensor_parallel, pipeline, mesh and accounting with its
-    own grader: DDP, ZeRO and FSDP are the zip's given code."""
-    make_autograder_zip.build(tmp_path / "autograder.zip", KITS["4,5,7"])
-    root = tmp_path / "source"
-    with zipfile.ZipFile(tmp_path / "autograder.zip") as zf:
-        zf.extractall(root)
-    sub = _reference_submission(tmp_path / "student", KITS["4,5,7"])
-    proc = subprocess.run(
-        [sys.executable, "-m", "scripts.grading", str(sub), "--out", str(tmp_path / "r.json"), "--select",
-         GIVEN_CODE_TESTS["4,5,7"], "--world-sizes", "2", "--timeout", "300"],
-        cwd=root, env=grader_env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert (tmp_path / "r.json").exists(), f"no results (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
-    _full_marks(json.loads((tmp_path / "r.json").read_text()), "Gradescope zip, kit 4,5,7")
+    own grader: FSDP (and DDP, ZeRO) are the zip's given code."""
+    _full_marks(kit_grades["zip"], "Gradescope zip, kit 4,5,7")
