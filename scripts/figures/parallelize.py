@@ -4,7 +4,7 @@ and one training step's communication, from a real trace (capstone_step_timeline
     python -m scripts.figures.parallelize                 # both, into handouts/figures/
     python -m scripts.figures --only capstone_step_timeline.png
 
-``draw_mesh_blocks`` is drawn from the reference's choices (reference_solutions/parallelize.py): the
+``draw_mesh_blocks`` is drawn from the layout parallelize.py's docstrings state: the
 sizes are the default ``TransformerConfig`` (H = 6 query heads, K = 2 key/value heads) on tp = cp = pp = 2.
 ``draw_step_timeline`` runs the reference's ``parallelize(...).train_step`` on 4 gloo ranks of the test
 harness (pp2 × tp2, a small model; ``--impl student`` for yours), records three steps after a warm-up with
@@ -141,7 +141,7 @@ def _tokens(ax, x0, y0, S=16, cp=2, tp=2) -> None:
 
 def draw_mesh_blocks(path: Path) -> Path:
     """One block of the given model on a dp × pp × cp × tp (× ep) mesh: every weight and activation
-    coloured by the axes that split it (as reference_solutions/parallelize.py splits them)."""
+    coloured by the axes that split it (as parallelize.py's docstrings split them)."""
     fig, ax = plt.subplots(figsize=(15, 9.2))
     ax.set_xlim(0, 30.2)
     ax.set_ylim(-2.0, 17.0)

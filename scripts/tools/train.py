@@ -1,7 +1,7 @@
 """Train the given transformer on the generated corpus with your ``parallelize`` (handouts/11-capstone.md).
 
     python -m scripts.tools.train --mesh dp2,tp2,pp2 --steps 200                 # 8 gloo processes on the CPU
-    python -m scripts.tools.train --mesh cp2,tp2 --steps 100 --impl reference    # the staff's parts
+    python -m scripts.tools.train --mesh cp2,tp2 --steps 100 --impl student      # your parts (a kit's default)
     python -m scripts.tools.train --mesh dp2,ep2 --moe-every 2 --steps 100       # MoE blocks, experts over ep
 
 Runs the same training twice from the same seed and batches: once in this process (the dense model, the

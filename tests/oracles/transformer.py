@@ -12,7 +12,7 @@ experts [e·E/ep, (e+1)·E/ep) on ep rank e), and ``check_training`` compares ev
 scale, so a gradient summed where it should be averaged moves AdamW's parameters by ~1e-8 only; SGD's
 move by the factor itself.
 
-Used by tests/test_parallelize.py, tests/staff/hidden/test_parallelize_hidden.py and scripts/tools/train.py.
+Used by tests/test_parallelize.py (and by the course staff's tests of other models and meshes).
 """
 
 from __future__ import annotations
