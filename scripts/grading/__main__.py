@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from scripts.grading.gpu_results import UPLOAD, lookup, read_graded
-from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
+from scripts.grading.rubric import DEFAULT_TIMEOUT_S, RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded
 from scripts.grading.staff import path_of
@@ -423,7 +423,8 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=defaults.DEFAULT_DEADLINE_S,
                    help=f"seconds a distributed run may take (default {defaults.DEFAULT_DEADLINE_S:g})")  # fmt: skip
     p.add_argument("--test-timeout", type=float, default=240, help="seconds one test may take in all (default 240)")
-    p.add_argument("--timeout", type=float, default=2400, help="seconds for the whole grade (default 2400)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds for the whole grade (default {DEFAULT_TIMEOUT_S:g})")  # fmt: skip
     p.add_argument("--memory-mb", type=int, help="address-space cap per rank (default 4096 on gloo, none on nccl)")
     p.add_argument("--run-as", help="run the tests as this unprivileged user (when the grader runs as root)")
     p.add_argument("--python", help="interpreter for the tests (default: this one); with --run-as, one that user "

@@ -16,7 +16,11 @@ comes from the rubric too. ``--write`` rewrites both; ``--check`` fails when eit
 points that are not whole; tasks that do not add up to the part's points; a task with no test; a
 test (public or hidden) whose cases carry no task marker of its part; a marker naming a task the
 rubric does not list; the rubric's tasks differing from tests/conftest.py's TASKS; a hidden pool with
-points but no test file; a test file in no entry; a written problem whose heading is not found.
+points but no test file; a test file in no entry; a written problem whose heading is not found; time budgets
+that sum to the grader's default --timeout or more.
+
+The guide's and the README's numbers (``<!--=name-->N<!--/-->``: parts, points, the entries of a full grade, the
+budgets' sum) and tables are generated here too, by ``--write``, and checked by ``--check``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import re
 import sys
 from pathlib import Path
 
-from scripts.grading.rubric import Rubric, excluded, load_rubric, tasks_of
+from scripts.grading.rubric import DEFAULT_TIMEOUT_S, Rubric, excluded, load_rubric, tasks_of
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- points:begin -->", "<!-- points:end -->"
@@ -41,6 +45,7 @@ UNGRADED = {
     "tests/test_harness_p2p_matching.py",
     "tests/test_harness_children.py",
     "tests/test_harness_zygote.py",
+    "tests/test_harness_platform.py",
 }
 HEADING = re.compile(
     r"^## (?P<title>.+?)(?P<points>\s*(?:\((?:[^()]*?, )?[\d.]+ (?:pts?|points?)\)|— [\d.]+ points?))?\s*$"
@@ -115,6 +120,12 @@ def problems(rubric: Rubric, items: list[dict]) -> list[str]:
                 f"[parts.{part.name}]: hidden_points = {part.hidden_points:g} but no hidden test file matches "
                 f"{list(part.hidden_files)}; add a hidden test or set hidden_points = 0"
             )
+    budgets = sum(p.budget_s for p in rubric.parts.values())
+    if budgets >= DEFAULT_TIMEOUT_S:
+        found.append(
+            f"the parts' budget_s sum to {_fmt(budgets)} s, not under the grader's default --timeout "
+            f"({_fmt(DEFAULT_TIMEOUT_S)} s): a submission that hangs everywhere would not finish its grade"
+        )
     for path in files_of(["tests/test_*.py", "tests/staff/hidden/test_*.py"]):
         if path not in UNGRADED and rubric.part_of(path) is None:
             found.append(f"{path}: in no entry of the rubric, so never graded")
@@ -270,10 +281,18 @@ def workload_hours() -> dict[int, float]:
     return hours
 
 
-def numbers(rubric: Rubric) -> dict[str, str]:
-    """The guide's inline numbers: what ``<!--=name-->`` stands for."""
+def entry_count(rubric: Rubric, items: list[dict]) -> int:
+    """How many Gradescope entries a full grade has: the graded test functions, public and hidden (one entry each,
+    whatever its cases), as ``rubric.score`` groups ``items``."""
+    return len({(i["file"], i["function"]) for i in items if rubric.part_of(i["file"]) and not excluded(rubric, i)})
+
+
+def numbers(rubric: Rubric, items: list[dict] | None = None) -> dict[str, str]:
+    """The guide's inline numbers: what ``<!--=name-->`` stands for. ``entries`` needs the collected ``items``
+    (pytest's collection, a few seconds): without them it is collected here."""
     parts = sorted({p.number for p in rubric.parts.values()})
     return {
+        "entries": str(entry_count(rubric, collect_items() if items is None else items)),
         "parts": WORDS[len(parts)] if len(parts) < len(WORDS) else str(len(parts)),
         "autograded": _fmt(sum(p.points + p.hidden_points for p in rubric.parts.values())),
         "public": _fmt(sum(p.points for p in rubric.parts.values())),
@@ -281,7 +300,7 @@ def numbers(rubric: Rubric) -> dict[str, str]:
         "written": _fmt(sum(w.points for w in rubric.written)),
         "budget_total": _fmt(sum(p.budget_s for p in rubric.parts.values())),
         "budget_minutes": _fmt(round(sum(p.budget_s for p in rubric.parts.values()) / 60)),
-        "timeout": _fmt(2400),
+        "timeout": _fmt(DEFAULT_TIMEOUT_S),
     }
 
 
@@ -297,7 +316,7 @@ def budget_table(rubric: Rubric) -> str:
         lines.append(f"| {number} | {', '.join(p.name for p in ps)} | {budget} |")
     total = sum(p.budget_s for p in rubric.parts.values())
     lines.append(f"| all | {len(rubric.parts)} entries | **{_fmt(total)} s** (+ one test's overrun per part), under "
-                 "`--timeout` 2400 s |")  # fmt: skip
+                 f"`--timeout` {_fmt(DEFAULT_TIMEOUT_S)} s |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -324,9 +343,9 @@ def hours_table(hours: dict[int, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generated_docs(rubric: Rubric) -> dict[Path, str]:
+def generated_docs(rubric: Rubric, items: list[dict] | None = None) -> dict[Path, str]:
     """{path: its text with every generated number and region rewritten} for the guide and the README."""
-    values = numbers(rubric)
+    values = numbers(rubric, items)
     regions = {"budgets": budget_table(rubric), "hours": hours_table(workload_hours())}
     out = {}
     for path in (ROOT / "handouts" / "grading.md", ROOT / "README.md"):
@@ -339,9 +358,9 @@ def generated_docs(rubric: Rubric) -> dict[Path, str]:
     return out
 
 
-def doc_problems(rubric: Rubric) -> list[str]:
+def doc_problems(rubric: Rubric, items: list[dict] | None = None) -> list[str]:
     """Inline names the generator does not know (a typo would freeze a number)."""
-    values = numbers(rubric)
+    values = numbers(rubric, items if items is not None else [])  # only the names matter here: nothing collected
     found = []
     for path in (ROOT / "handouts" / "grading.md", ROOT / "README.md"):
         if path.exists():
@@ -350,11 +369,11 @@ def doc_problems(rubric: Rubric) -> list[str]:
     return found
 
 
-def sync(rubric: Rubric, write: bool) -> list[str]:
+def sync(rubric: Rubric, write: bool, items: list[dict] | None = None) -> list[str]:
     """Rewrite (or check) each handout's block and headings, the guide's and the README's generated numbers;
-    handouts without markers are skipped."""
+    handouts without markers are skipped. ``items``: the collected tests (collected here when not given)."""
     stale = []
-    for path, new in generated_docs(rubric).items():
+    for path, new in generated_docs(rubric, items).items():
         if new != path.read_text():
             stale.append(f"{path.relative_to(ROOT)}: a generated number or table disagrees with the rubric or the "
                          "handouts' Workload lines")  # fmt: skip
@@ -388,13 +407,16 @@ def main() -> int:
         per_task = ", ".join(f"{t}: {_fmt(v)}" for t, v in p.tasks.items())
         print(f"| {p.number} | {p.name} | {_fmt(p.points)} ({per_task}) | {_fmt(p.hidden_points)} |")
     grand = sum(p.points + p.hidden_points for p in rubric.parts.values())
-    print(f"grader maximum: {grand:g} points; written problems, by hand: {_fmt(sum(w.points for w in rubric.written))}")
-    stale = sync(rubric, write=args.write)
+    items = collect_items()
+    written, budgets = sum(w.points for w in rubric.written), sum(p.budget_s for p in rubric.parts.values())
+    print(f"grader maximum: {grand:g} points in {entry_count(rubric, items)} entries; written problems, by hand: "
+          f"{_fmt(written)}; time budgets: {_fmt(budgets)} s in all")  # fmt: skip
+    stale = sync(rubric, write=args.write, items=items)
     if args.write:
         print("\n".join(f"rewrote {s.split(':')[0]}" for s in stale) or "handouts already current")
         return 0
     if args.check:
-        errors = problems(rubric, collect_items()) + doc_problems(rubric) + stale
+        errors = problems(rubric, items) + doc_problems(rubric, items) + stale
         for e in errors:
             print(f"FAIL: {e}", file=sys.stderr)
         return 1 if errors else 0

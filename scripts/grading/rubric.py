@@ -26,6 +26,7 @@ VISIBILITIES = {"visible", "hidden", "after_due_date", "after_published"}
 
 
 DEFAULT_BUDGET_S = 300.0  # a part's time budget when the rubric gives none
+DEFAULT_TIMEOUT_S = 2400.0  # the grader's --timeout (a whole grade): the parts' budgets must sum to less
 
 
 class RubricError(ValueError):

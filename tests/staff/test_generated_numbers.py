@@ -3,10 +3,12 @@
     pytest tests/staff/test_generated_numbers.py
     python -m scripts.grading.points --write      # regenerate; --check (CI) fails on drift
 
-The grading guide's totals (``<!--=autograded-->164<!--/-->``) and time-budget table, a handout heading's
-``(12 autograded)`` and the README's hours table (sums of the handouts' ``**Workload:**`` lines) come from the
-rubric and the handouts. A typed number that drifts (the guide's "nine parts, 136 autograded", the README's
-"~40" hours for parts 35 hours long) is what these tests plant and expect ``points`` to catch.
+The grading guide's totals (``<!--=autograded-->164<!--/-->``), the entries of a full grade
+(``<!--=entries-->259<!--/-->``: test functions, public and hidden), the budgets' sum and time-budget table, a
+handout heading's ``(12 autograded)`` and the README's hours table (sums of the handouts' ``**Workload:**`` lines)
+come from the rubric, the suite and the handouts. A typed number that drifts (the guide's "nine parts, 136
+autograded", its "152 entries", the README's "~40" hours for parts 35 hours long) is what these tests plant
+and expect ``points`` to catch.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from scripts.grading.rubric import load_rubric
 pytestmark = pytest.mark.staff
 
 
+@pytest.fixture(scope="module")
+def items() -> list[dict]:
+    """The suite's tests as the grader collects them (for the number of entries), from the real checkout."""
+    return points.collect_items()
+
+
 @pytest.fixture
 def kit_copy(tmp_path, monkeypatch):
     """The README, the handouts and the guide in a folder of their own, which ``points`` reads instead."""
@@ -31,10 +39,10 @@ def kit_copy(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_the_committed_docs_are_current():
-    """The README's and the guide's generated numbers match the rubric as committed."""
-    stale = [s for s in points.sync(load_rubric(), write=False) if "README" in s or "grading.md" in s]
-    assert stale == [] and points.doc_problems(load_rubric()) == []
+def test_the_committed_docs_are_current(items):
+    """The README's and the guide's generated numbers match the rubric and the suite as committed."""
+    stale = [s for s in points.sync(load_rubric(), write=False, items=items) if "README" in s or "grading.md" in s]
+    assert stale == [] and points.doc_problems(load_rubric(), items) == []
 
 
 @pytest.mark.parametrize(
@@ -48,10 +56,12 @@ def test_the_committed_docs_are_current():
             "| 4 + 5 + 7 (TP, pipeline, composing them) | ~40",
         ),
         ("handouts/08-expert-parallel.md", r"\(\d+ autograded\)", "(10 autograded)"),
+        ("handouts/grading.md", r"<!--=entries-->\d+<!--/-->", "<!--=entries-->152<!--/-->"),
+        ("handouts/grading.md", r"budgets of <!--=budget_total-->\d+", "budgets of <!--=budget_total-->1440"),
     ],
-    ids=["guide-total", "guide-budget", "readme-hours", "handout-heading"],
+    ids=["guide-total", "guide-budget", "readme-hours", "handout-heading", "guide-entries", "guide-budget-sum"],
 )
-def test_a_typed_number_that_drifts_is_caught_and_rewritten(kit_copy, path, old, new):
+def test_a_typed_number_that_drifts_is_caught_and_rewritten(kit_copy, items, path, old, new):
     """A generated number edited by hand is reported by `points --check` and put back by `--write`."""
     target = kit_copy / path
     text = target.read_text()
@@ -59,8 +69,8 @@ def test_a_typed_number_that_drifts_is_caught_and_rewritten(kit_copy, path, old,
     assert planted != text, f"{path} no longer has {old!r}: update this test"
     target.write_text(planted)
     rubric = load_rubric()
-    assert any(path.split("/")[-1] in s for s in points.sync(rubric, write=False))
-    points.sync(rubric, write=True)
+    assert any(path.split("/")[-1] in s for s in points.sync(rubric, write=False, items=items))
+    points.sync(rubric, write=True, items=items)
     assert target.read_text() == text
 
 

@@ -63,3 +63,5 @@ def test_batch_grades_every_submission_and_writes_a_csv(batch_of_reference_and_s
     assert float(rows["alice"]["score"]) == float(rows["alice"]["max_score"]) > 0
     assert float(rows["bob.zip"]["score"]) == 0
     assert "| alice |" in proc.stdout and (batch.folder.with_name("subs-results") / "alice.json").exists()
+    last = proc.stdout.strip().splitlines()[-1]
+    assert all(f in last for f in ("summary.md", "dashboard.png", "grades.png")), last

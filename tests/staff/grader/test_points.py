@@ -26,7 +26,7 @@ def _with_part(rubric, name, **changes):
 def test_the_kit_as_committed_passes(items):
     """The committed rubric, tests and handouts agree: no problem and no stale handout."""
     rubric = load_rubric()
-    assert points.problems(rubric, items) == [] and points.sync(rubric, write=False) == []
+    assert points.problems(rubric, items) == [] and points.sync(rubric, write=False, items=items) == []
 
 
 @pytest.mark.parametrize(
@@ -39,9 +39,10 @@ def test_the_kit_as_committed_passes(items):
         (lambda r: _with_part(r, "accounting", points=4.5, tasks={"6.1": 1.5, "6.2": 1, "6.3": 1, "6.4": 1}),
          "use whole points"),
         (lambda r: dataclasses.replace(r, written=(Written(3, "No such section", 2),)), "no heading '## No such"),
+        (lambda r: _with_part(r, "collectives", budget_s=900), "not under the grader's default --timeout"),
     ],
     ids=["tasks-do-not-add-up", "task-with-no-test", "marker-of-an-unlisted-task", "empty-hidden-pool",
-         "fractional-points", "written-heading-missing"],
+         "fractional-points", "written-heading-missing", "budgets-over-the-timeout"],
 )  # fmt: skip
 def test_each_way_points_could_drop_fails_the_check(items, change, expected):
     """A rubric edit that would drop or invent points is reported, naming what is wrong."""
@@ -57,10 +58,10 @@ def test_a_test_without_a_task_marker_fails_the_check(items):
     assert any("no task marker of part 6" in f for f in found), found
 
 
-def test_a_stale_handout_fails_the_check():
+def test_a_stale_handout_fails_the_check(items):
     """Changing a task's points without --write leaves a handout stale."""
     rubric = _with_part(load_rubric(), "accounting", tasks={"6.1": 2, "6.2": 1, "6.3": 1, "6.4": 0})
-    assert any("06-accounting.md" in s for s in points.sync(rubric, write=False))
+    assert any("06-accounting.md" in s for s in points.sync(rubric, write=False, items=items))
 
 
 def test_each_parts_max_scores_in_results_json_sum_exactly_to_its_points(items):
