@@ -34,6 +34,7 @@ from tests.oracles.fault_tolerance import (
     live_recovery_rank,
     plan_restart_rank,
     policy_rank,
+    run_job,
     supervise_rank,
     uninterrupted,
 )
@@ -141,7 +142,7 @@ def test_supervise_uses_a_spare_up_once():
     """Two attempts in a row lose rank 1, with one spare: the first restart keeps world 2 (the spare), the
     second has no spare left and restarts at world 1."""
     script = {"0": {"1": "die"}, "1": {"1": "die"}}
-    (out,) = run_ranks(1, policy_rank, 2, script, 1, deadline=30)
+    (out,) = run_job(policy_rank, 2, script, 1, deadline=30)
     assert out["raised"] is None, f"supervise raised after two lost ranks and one spare:\n{out['raised']}"
     assert out["attempts"] == [(2, 0), (2, 0), (1, 0)], (
         f"(world size, start step) per attempt: {out['attempts']}; with spares=1, the first loss is replaced "
@@ -153,7 +154,7 @@ def test_supervise_uses_a_spare_up_once():
 def test_supervise_reports_a_ranks_own_error_without_restarting():
     """A rank that raises something other than PeerFailure has a bug: supervise raises RuntimeError with every
     rank's outcome (the bug's traceback) and launches nothing more."""
-    (out,) = run_ranks(1, policy_rank, 2, {"0": {"1": "bug"}}, 1, deadline=30)
+    (out,) = run_job(policy_rank, 2, {"0": {"1": "bug"}}, 1, deadline=30)
     assert out["raised"] is not None, (
         f"rank 1 raised ZeroDivisionError (its own bug), yet supervise returned: attempts {out['attempts']}; "
         "a bug is not a failure, a restart would hit it again: raise RuntimeError with the outcomes"
@@ -172,7 +173,7 @@ def test_the_failed_ranks_are_those_that_died_and_those_the_survivors_named():
     """World 4, no spare: rank 3 dies, ranks 0 and 1 name rank 2 (which finished, but a survivor's word is
     enough): failed = {2, 3}, so the restart runs on 2 ranks."""
     script = {"0": {"3": "die", "0": "name:2", "1": "name:2"}}
-    (out,) = run_ranks(1, policy_rank, 4, script, 0, deadline=30)
+    (out,) = run_job(policy_rank, 4, script, 0, deadline=30)
     assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
     assert out["attempts"] == [(4, 0), (2, 0)], (
         f"(world size, start step) per attempt: {out['attempts']}; rank 3 died without a report and ranks 0 and 1 "
@@ -187,8 +188,8 @@ def test_survivors_report_a_killed_rank_and_a_spare_restarts_from_the_last_commi
     at once, a spare takes its place, the job resumes from the last commit and ends as an uninterrupted run."""
     step, rows = _kill_step(world_size, 1), global_batch_for(world_size)
     fault = {"rank": world_size - 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "ddp", "global_batch": rows}, spares=1,
-                           fault=fault, deadline=DEADLINE_S)  # fmt: skip
+    (summary,) = run_job(supervise_rank, world_size, {"strategy": "ddp", "global_batch": rows}, spares=1,
+                         fault=fault, deadline=DEADLINE_S)  # fmt: skip
     check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"the gradient all-reduce of step {step}",
                             expect_how="exited")  # fmt: skip
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
@@ -208,8 +209,8 @@ def test_without_a_spare_fsdp_restarts_smaller_through_resharding(world_size):
         pytest.skip("a smaller world needs a survivor: world size 2 or more")
     step, rows = _kill_step(world_size, 2), global_batch_for(world_size)
     fault = {"rank": 1, "step": step, "point": "sync", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, world_size, {"strategy": "fsdp", "global_batch": rows}, spares=0,
-                           fault=fault, deadline=DEADLINE_S)  # fmt: skip
+    (summary,) = run_job(supervise_rank, world_size, {"strategy": "fsdp", "global_batch": rows}, spares=0,
+                         fault=fault, deadline=DEADLINE_S)  # fmt: skip
     check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"step {step} (FSDP)", expect_how="exited")
     smaller = max(w for w in range(1, world_size) if rows % w == 0)
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
@@ -226,7 +227,7 @@ def test_a_hung_rank_is_noticed_by_its_missing_heartbeat():
     notices the missing heartbeat within the timeout, reports, and the job restarts and finishes."""
     step = _kill_step(2, 3)
     fault = {"rank": 1, "step": step, "point": "sync", "signal": signal.SIGSTOP}
-    (summary,) = run_ranks(1, supervise_rank, 2, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
+    (summary,) = run_job(supervise_rank, 2, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
     check_survivors_noticed(summary, fault, expect_step=step, expect_waiting=f"the gradient all-reduce of step {step}",
                             expect_how="heartbeat")  # fmt: skip
     check_final_parameters(summary, uninterrupted())

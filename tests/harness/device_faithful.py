@@ -120,7 +120,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func not in self.factories or (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
-            return follow(func, args, kwargs)  # not a factory, or one that keeps its data's device
+            return follow(func, args, kwargs, self._chain)  # not a factory, or one that keeps its data's device
         device, generator = kwargs.get("device"), kwargs.get("generator")
         name = f"torch.{getattr(func, '__name__', func)}"
         if device is None and generator is None:
@@ -132,6 +132,8 @@ class DeviceFaithfulMode(TorchFunctionMode):
                 raise ImplicitDeviceAllocation(self._message(func, site))
             return self._stray(func(*args, **kwargs), f"{name}(...) without device=")  # torch's, for the caller
         out = func(*args, **kwargs)
+        if self._watched_caller(fresh_modules_too=True) is None:
+            return out  # torch's own call: it knows which device it means (all_gather_object's buffers)
         if device is None and generator.device.type == "cpu":
             return self._stray(out, f"{name}(..., generator=) drawn on the CPU")
         if isinstance(device, str) and device.startswith("cpu"):
@@ -148,7 +150,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
             tag(out, Origin(what, chain))
         return out
 
-    def _watched_caller(self) -> str | None:
+    def _watched_caller(self, fresh_modules_too: bool = False) -> str | None:
         """``file:line`` of the factory's direct caller if it is watched code; else None (torch's own calls, such
         as ``nn.Linear`` making its parameters, are the caller's to move)."""
         frame = sys._getframe(1)
@@ -159,7 +161,9 @@ class DeviceFaithfulMode(TorchFunctionMode):
         if frame.f_code.co_filename.startswith(_MUTANT):  # a staff mutant of the reference (tests/staff/mutants)
             return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith(self.watched) or name.startswith(_VENVS) or _builds_fresh_module(frame):
+        if not name.startswith(self.watched) or name.startswith(_VENVS):
+            return None
+        if not fresh_modules_too and _builds_fresh_module(frame):
             return None
         return f"{_shown(name)}:{frame.f_lineno} (in {frame.f_code.co_name})"
 

@@ -41,7 +41,7 @@ from tests.harness.config import ENV_DEVICE_FAITHFUL_GPUS
 from tests.harness.recorder import _PG_METHODS
 
 _TAG = "_cs336_stray"  # the attribute a stray tensor carries: its Origin
-_MOVES = {torch.Tensor.to, torch.Tensor.cuda}
+_MOVES = {torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu}
 # Ops a GPU runs across devices: a copy, indexing, rebinding .data (the output follows the first argument).
 _ACROSS = {torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.data.__set__,
            torch.Tensor.set_, torch._has_compatible_shallow_copy_type}  # fmt: skip
@@ -88,19 +88,31 @@ def _tensors(args, kwargs) -> list[torch.Tensor]:
     return found
 
 
-def _moves_to_a_device(args, kwargs) -> bool:
-    """``t.to(device)``, ``t.to(other)``, ``t.to(device, dtype)``, ``t.cuda()``; not ``t.to(dtype)``."""
-    if kwargs.get("device") is not None:
-        return True
-    return any(isinstance(a, (torch.device, str, torch.Tensor)) for a in args[1:])
+def _target(func, args, kwargs) -> str | None:
+    """Where a move sends the tensor: "cpu" (``t.cpu()``, ``t.to("cpu")``), "device" (``t.to(device)``,
+    ``t.to(other)``, ``t.cuda()``: the rank's, as far as gloo can tell) or None (``t.to(dtype)``)."""
+    if func is torch.Tensor.cpu:
+        return "cpu"
+    if func is torch.Tensor.cuda:
+        return "device"
+    given = [kwargs.get("device"), *args[1:]]
+    if any(isinstance(a, str) and a.startswith("cpu") for a in given):
+        return "cpu"
+    return "device" if any(isinstance(a, (torch.device, str, torch.Tensor)) for a in given) else None
 
 
-def follow(func, args, kwargs):
-    """Run ``func`` (any op but a factory call), raising where a GPU would, and tag its outputs."""
+def follow(func, args, kwargs, site):
+    """Run ``func`` (any op but a factory call), raising where a GPU would, and tag its outputs; ``site()`` is the
+    watched call chain that led here."""
     if func in _MOVES:
         out = func(*args, **kwargs)
-        if func is torch.Tensor.cuda or _moves_to_a_device(args, kwargs):
+        target = _target(func, args, kwargs)
+        if target == "device":
             untag(args[0])  # on the CPU .to(cpu) returns the tensor itself: it now stands for the moved one
+        elif target == "cpu" and not _torch_called():  # torch's .to("cpu") (object collectives) is NCCL's cuda
+            if out is args[0]:  # a GPU makes a new tensor: so does this, an alias, leaving the input as it was
+                out = out.view_as(out)
+            tag(out, Origin("a tensor moved with .cpu() or .to('cpu')", site()))
         elif (where := origin(args[0])) is not None:
             _tag_outputs(out, args, where)
         return out
@@ -123,6 +135,21 @@ def follow(func, args, kwargs):
     if placed is None:  # every input of a dimension is on the CPU: so is the output
         _tag_outputs(out, args, origin(big_stray if big_stray is not None else stray))
     return out
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _torch_called() -> bool:
+    """The op was called by torch's own code (past this harness and torch's dispatch to the mode)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_HARNESS_DIR) or name.endswith(("overrides.py", "_device.py"))):
+            return name.startswith(_TORCH_DIR)
+        frame = frame.f_back
+    return False
 
 
 def _tag_outputs(out, args, where: Origin) -> None:

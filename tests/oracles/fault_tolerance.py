@@ -20,6 +20,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tests.harness import run_ranks
+from tests.harness.run import need_gpus
+
 CONFIG = {"steps": 6, "global_batch": 12, "checkpoint_every": 2, "dims": (5, 7, 3), "seed": 0}
 
 
@@ -75,6 +78,14 @@ def _failure(f) -> dict | None:
         return None
     return {"rank": f.rank, "dead_rank": f.dead_rank, "step": f.step, "waiting_for": f.waiting_for, "how": f.how,
             "noticed_at": f.noticed_at, "message": str(f)}  # fmt: skip
+
+
+def run_job(fn, world_size: int, *args, **kwargs) -> list:
+    """``run_ranks(1, fn, world_size, ...)``: one test rank whose ``fn`` starts a job of ``world_size`` ranks
+    through the launcher. On NCCL each job rank needs a GPU of its own ("Duplicate GPU detected"): with fewer,
+    the test skips, naming how many it needs (``need_gpus``, tests/harness/run.py)."""
+    need_gpus(world_size, f"a job of {world_size} ranks (started through the launcher)")
+    return run_ranks(1, fn, world_size, *args, **kwargs)
 
 
 def supervise_rank(ctx, world_size: int, config: dict, *, spares: int, fault: dict | None,

@@ -26,6 +26,7 @@ from tests.oracles.fault_tolerance import (
     describe,
     live_recovery_rank,
     policy_rank,
+    run_job,
     supervise_rank,
     uninterrupted,
 )
@@ -37,7 +38,7 @@ DEADLINE_S = SUPERVISED_DEADLINE_S  # three attempts at launch's deadline each, 
 def test_rank_zero_killed_at_world_three_is_replaced_by_a_spare():
     """DDP at world 3, rank 0 (the committer) SIGKILLed at step 5: a spare restarts at world 3 from step 4."""
     fault = {"rank": 0, "step": 5, "point": "sync", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, 3, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
+    (summary,) = run_job(supervise_rank, 3, {"strategy": "ddp"}, spares=1, fault=fault, deadline=DEADLINE_S)
     check_survivors_noticed(summary, fault, expect_step=5, expect_waiting="the gradient all-reduce of step 5",
                             expect_how="exited")  # fmt: skip
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
@@ -50,7 +51,7 @@ def test_a_rank_killed_before_a_save_sends_the_restart_back_one_commit():
     """FSDP at world 4, rank 2 SIGKILLed just before the checkpoint of step 4: the survivors report they waited
     for that checkpoint, and the job restarts at world 3 from step 2 (4 never committed)."""
     fault = {"rank": 2, "step": 4, "point": "save", "signal": signal.SIGKILL}
-    (summary,) = run_ranks(1, supervise_rank, 4, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
+    (summary,) = run_job(supervise_rank, 4, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
     check_survivors_noticed(summary, fault, expect_step=3, expect_waiting="the checkpoint of step 4",
                             expect_how="exited")  # fmt: skip
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
@@ -63,7 +64,7 @@ def test_a_hung_fsdp_rank_at_world_three_restarts_the_job_at_two():
     """FSDP at world 3, rank 2 frozen (SIGSTOP) at step 1: survivors notice the silence, the job restarts at
     world 2 (no spare; 2 divides the batch of 12) from scratch and ends as an uninterrupted run."""
     fault = {"rank": 2, "step": 1, "point": "sync", "signal": signal.SIGSTOP}
-    (summary,) = run_ranks(1, supervise_rank, 3, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
+    (summary,) = run_job(supervise_rank, 3, {"strategy": "fsdp"}, spares=0, fault=fault, deadline=DEADLINE_S)
     check_survivors_noticed(summary, fault, expect_step=1, expect_waiting="step 1 (FSDP)", expect_how="heartbeat")
     attempts = [(a["world_size"], a["start_step"]) for a in summary["attempts"]]
     assert attempts == [(3, 0), (2, 0)], f"attempts {attempts}\n{describe(summary)}"
@@ -92,7 +93,7 @@ def test_live_recovery_within_a_replica_sub_group():
 def test_two_spares_replace_two_losses_and_the_third_shrinks():
     """World 3, two spares, a rank lost in each of three attempts: worlds 3, 3, 3, then 2 (both spares used up)."""
     script = {"0": {"2": "die"}, "1": {"0": "die"}, "2": {"1": "die"}}
-    (out,) = run_ranks(1, policy_rank, 3, script, 2, 3, deadline=30)
+    (out,) = run_job(policy_rank, 3, script, 2, 3, deadline=30)
     assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
     assert out["attempts"] == [(3, 0), (3, 0), (3, 0), (2, 0)], (
         f"(world size, start step) per attempt: {out['attempts']}; two spares replace the first two losses and "
@@ -103,7 +104,7 @@ def test_two_spares_replace_two_losses_and_the_third_shrinks():
 @pytest.mark.task10_5
 def test_a_bug_beside_a_peer_failure_is_reported_not_restarted():
     """World 3: rank 2 raises its own error while rank 0 reports a PeerFailure naming rank 1: still a bug."""
-    (out,) = run_ranks(1, policy_rank, 3, {"0": {"2": "bug", "0": "name:1"}}, 1, deadline=30)
+    (out,) = run_job(policy_rank, 3, {"0": {"2": "bug", "0": "name:1"}}, 1, deadline=30)
     assert out["raised"] is not None and "ZeroDivisionError" in out["raised"], (
         f"rank 2 raised ZeroDivisionError beside rank 0's PeerFailure; supervise must raise (a bug: a restart would "
         f"hit it again), got attempts {out['attempts']}, raised {out['raised']!r}"
@@ -116,7 +117,7 @@ def test_failed_ranks_at_world_six_count_a_dead_and_named_rank_once():
     """World 6, no spare: rank 5 dies, ranks 0, 1 and 2 name ranks 4 and 3 (both finished) and 5 (dead):
     failed {3, 4, 5}, the restart at world 3 (which divides the batch of 12)."""
     script = {"0": {"5": "die", "0": "name:4", "1": "name:5", "2": "name:3"}}
-    (out,) = run_ranks(1, policy_rank, 6, script, 0, deadline=30)
+    (out,) = run_job(policy_rank, 6, script, 0, deadline=30)
     assert out["raised"] is None, f"supervise raised:\n{out['raised']}"
     assert out["attempts"] == [(6, 0), (3, 0)], (
         f"(world size, start step) per attempt: {out['attempts']}; the failed ranks are the union of the dead "
