@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
+import hashlib
 import json
 import os
 import re
@@ -68,19 +70,27 @@ def _entry_output(entry, limit: int) -> str:
     return out if len(out) <= limit else out[: limit - 40] + "\n... (truncated)"
 
 
-def entry_id(file: str, function: str) -> str:
+def file_alias(file: str, pool: str) -> str:
+    """How results name a test file: a public one by its path, a hidden one by an alias (``hidden-`` and 12 hex
+    digits of its path's SHA-256), since results.json must not name hidden files; ``_hidden_files`` resolves it."""
+    return file if pool == "public" else "hidden-" + hashlib.sha256(file.encode()).hexdigest()[:12]
+
+
+def entry_id(file: str, function: str, pool: str = "public") -> str:
     """An entry's stable id, the key a regrade merges by: its test function's pytest node id
-    (``tests/test_ddp.py::test_x``). A bare function name is not one: 15 parts share
+    (``tests/test_ddp.py::test_x``; a hidden file by its alias). A bare function name is not one: 15 parts share
     ``test_bad_input_raises_on_every_rank_before_communicating``, and parts 1 and 5 have two each."""
-    return f"{file}::{function}"
+    return f"{file_alias(file, pool)}::{function}"
 
 
 def _case_rows(entry, markers: dict[str, list[str]], limit: int) -> list[list]:
     """Every case of an entry, for the dashboard and for a later regrade's merge: [case id, its task(s), outcome,
-    failure headline, node id, failure text]. The text is cut to ``limit`` (what the entry's output can show)."""
+    failure headline, node id (a hidden file by its alias), failure text]. The text is cut to ``limit`` (what the
+    entry's output can show)."""
+    alias = file_alias(entry.file, entry.pool)
     return [[nodeid.split("::")[-1].partition("[")[2][:-1], sorted(tasks_of(markers.get(nodeid, []),
-             entry.part.number)), outcome, headline(text) if outcome != "passed" else "", nodeid,
-             text.strip()[:limit] if outcome != "passed" else ""]
+             entry.part.number)), outcome, headline(text) if outcome != "passed" else "",
+             alias + nodeid.removeprefix(entry.file), text.strip()[:limit] if outcome != "passed" else ""]
             for nodeid, outcome, text in entry.cases]  # fmt: skip
 
 
@@ -95,7 +105,7 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
     counters: dict[int, int] = {}
     for e in entries:
         # For the batch dashboard (scripts/grading/summary.py) and the merge: tasks, every case and its failure.
-        dashboard.append({"id": entry_id(e.file, e.function), "name": e.function, "part": e.part.number,
+        dashboard.append({"id": entry_id(e.file, e.function, e.pool), "name": e.function, "part": e.part.number,
                           "pool": e.pool, "doc": e.doc, "tasks": sorted(e.tasks), "passed": e.passed,
                           "cases": len(e.counted),
                           "case_results": _case_rows(e, markers, rubric.max_output_chars)})  # fmt: skip
@@ -131,8 +141,15 @@ class MergeError(ValueError):
     """A regrade that cannot be folded into the earlier results without losing or mixing grades."""
 
 
-def _record_of(results: dict, which: str) -> RunRecord:
-    """The cases a results JSON holds, as the grader collected and ran them (``build_results`` writes them)."""
+def _hidden_files(kit: Rubric) -> dict[str, str]:
+    """{alias: path} of the kit's hidden test files, on this machine (the staff checkout, or the zip's source)."""
+    found = (f for p in kit.parts.values() for pat in p.hidden_files for f in glob.glob(pat, root_dir=REPO))
+    return {file_alias(f, "hidden"): f for f in found}
+
+
+def _record_of(results: dict, which: str, hidden: dict[str, str]) -> RunRecord:
+    """The cases a results JSON holds, as the grader collected and ran them (``build_results`` writes them);
+    ``hidden``: {alias: path} of the hidden test files."""
     entries = results.get("extra_data", {}).get("entries", [])
     if not entries or not all("id" in e and all(len(row) == 6 for row in e.get("case_results", ())) for e in entries):
         raise MergeError(f"the {which} results do not list their cases by id (written by an older grader, or the "
@@ -140,8 +157,12 @@ def _record_of(results: dict, which: str) -> RunRecord:
     record = RunRecord(spent=dict(results["extra_data"].get("seconds", {})))
     record.restarts = results["extra_data"].get("restarts", 0)
     for e in entries:
-        file, _, function = e["id"].rpartition("::")
-        for _case, tasks, outcome, _head, nodeid, text in e["case_results"]:
+        alias, _, function = e["id"].rpartition("::")
+        file = hidden.get(alias, alias)
+        if e.get("pool") == "hidden" and alias not in hidden:
+            raise MergeError(f"the {which} results hold a hidden test file ({alias}) that this kit lacks")
+        for _case, tasks, outcome, _head, aliased, text in e["case_results"]:
+            nodeid = file + aliased.removeprefix(alias)
             markers = [f"task{t.replace('.', '_')}" for t in tasks]
             record.items.append({"nodeid": nodeid, "file": file, "function": function, "markers": markers,
                                  "doc": e.get("doc", "")})  # fmt: skip
@@ -162,7 +183,8 @@ def merge_regrade(old: dict, new: dict, kit: Rubric) -> dict:
     if before != after:
         raise MergeError(f"the earlier grade ran with {before or 'unrecorded settings'}, the regrade with {after}: "
                          "regrade with the same --backend and --world-sizes")  # fmt: skip
-    earlier, regrade = _record_of(old, "earlier"), _record_of(new, "regrade's")
+    hidden = _hidden_files(kit)
+    earlier, regrade = _record_of(old, "earlier", hidden), _record_of(new, "regrade's", hidden)
     replaced = {item["nodeid"]: item for item in regrade.items}
     items = [replaced.pop(item["nodeid"], item) for item in earlier.items] + list(replaced.values())
     record = RunRecord(

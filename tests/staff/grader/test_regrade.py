@@ -76,7 +76,8 @@ def _assert_same_grade(merged: dict, full: dict) -> None:
 @pytest.mark.parametrize("part", list(KIT.parts))
 def test_a_parts_regrade_merged_into_a_full_grade_equals_a_full_regrade(items, part):
     """--parts P --merge-into FULL: every entry, number, point and maximum is a full regrade's; the other parts'
-    entries are the earlier grade's (with names that parts share, e.g. test_bad_input_raises_...)."""
+    entries are the earlier grade's (with names that parts share, e.g. test_bad_input_raises_...). Hidden files
+    are named by an alias in results.json, and the merge still finds them."""
     before = _outcomes(items, "before")
     after = {**before, **{n: o for n, o in _outcomes(items, "after").items() if KIT.part_of(n.split("::")[0])[0].name
                           == part}}  # fmt: skip
@@ -85,6 +86,7 @@ def test_a_parts_regrade_merged_into_a_full_grade_equals_a_full_regrade(items, p
     earlier = _grade(KIT, items, before)
     merged = merge_regrade(earlier, regrade, KIT)
     _assert_same_grade(merged, _grade(KIT, items, after))
+    assert "hidden/test_" not in json.dumps(merged), "results.json names a hidden test file (an alias must)"
     assert [t for t in merged["tests"] if t["tags"] != [part]] == [t for t in earlier["tests"] if t["tags"] != [part]]
     assert [t for t in merged["tests"] if t["tags"] == [part]] != [t for t in earlier["tests"] if t["tags"] == [part]]
     assert f"{len(regrade['tests'])} entries" in merged["output"].splitlines()[0], merged["output"]
