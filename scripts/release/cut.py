@@ -165,7 +165,7 @@ def kit_problems(out: Path) -> list[str]:
             where = module.replace(".", "/")
             if not ({f"{where}.py", f"{where}/__main__.py"} & present):
                 problems.append(f"{rel}: runs `python -m {module}`, which the release lacks")
-    problems += staff_mentions(out)
+    problems += staff_problems(out)
     manifest = json.loads((out / KIT_MANIFEST).read_text()) if (out / KIT_MANIFEST).exists() else {}
     if 1 not in manifest.get("parts", [1]) and subset.GROUND_RULES not in present:
         problems.append(f"no {subset.GROUND_RULES}: a kit without Part 1 must carry §1.0's ground rules")
@@ -195,13 +195,12 @@ def staff_names() -> re.Pattern:
 
 
 # Files of other owners that still name staff-only things in every release (issue 43), each waiting for the edit
-# asked of its owner: their mentions of these names are printed as notes, not problems. An entry that matches
-# nothing is a problem: delete it with the edit that fixed its file.
+# asked of its owner: their mentions of these names are printed as a note, not a problem. Delete an entry with the
+# edit that fixes its file (the note names entries that match nothing; tests/staff/test_kit_links.py fails on them).
 PENDING: dict[str, tuple[str, ...]] = {
     "README.md": ("mutants",),
     "pyproject.toml": ("scripts/grading",),
     "scripts/bench/common.py": ("reference_solutions",),
-    "scripts/figures/parallelize.py": ("reference_solutions",),
     "scripts/release/__init__.py": ("stubs.py", "cut.py"),
     "scripts/release/api_reference.py": ("scripts.release.stubs", "reference_solutions", "scripts/release/stubs.py"),
     "scripts/tools/torch_build.py": ("handouts/grading.md",),
@@ -213,33 +212,42 @@ PENDING: dict[str, tuple[str, ...]] = {
     "tests/oracles/checkpoint.py": ("tests/staff", "test_checkpoint_hidden"),
     "tests/oracles/ddp.py": ("tests/staff", "test_ddp_hidden"),
     "tests/oracles/mesh.py": ("tests/staff", "test_mesh_hidden"),
-    "tests/oracles/transformer.py": ("tests/staff", "test_parallelize_hidden"),
     "tests/test_harness_platform.py": ("tests/staff",),
 }
 
 
-def staff_mentions(out: Path, pending: dict[str, tuple[str, ...]] | None = None) -> list[str]:
-    """Each line of a text file in the release that names something only the staff checkout has
-    (``staff_names``). Staff-only text in a shipped file goes between ``<!-- staff -->`` and ``<!-- /staff -->``
-    (markdown) or ``# <staff>`` and ``# </staff>`` lines (Python, TOML, shell): write_release cuts it.
-    ``pending`` (default ``PENDING``): mentions printed as notes while their files' edits are awaited."""
-    pending = PENDING if pending is None else pending
-    pattern, problems, waiting = staff_names(), [], set()
+def staff_mentions(out: Path) -> list[tuple[str, int, str, str]]:
+    """(file, line number, name, line) for each name of ``staff_names`` in a text file of the release. Staff-only
+    text in a shipped file goes between ``<!-- staff -->`` and ``<!-- /staff -->`` (markdown) or ``# <staff>`` and
+    ``# </staff>`` lines (Python, TOML, shell): write_release cuts it."""
+    pattern, found = staff_names(), []
     for path in sorted(p for p in out.rglob("*") if p.is_file() and p.suffix in _TEXT):
         rel = path.relative_to(out).as_posix()
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-            for name in dict.fromkeys(m[0] for m in pattern.finditer(line)):
-                if name in pending.get(rel, ()):
-                    waiting.add((rel, name))
-                else:
-                    problems.append(f"{rel}:{n}: names the staff-only {name!r}: {line.strip()[:120]}")
+            found += [(rel, n, name, line.strip()) for name in dict.fromkeys(m[0] for m in pattern.finditer(line))]
+    return found
+
+
+def stale_pending(out: Path, pending: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """The entries of ``pending`` (default PENDING) whose file in the release no longer names their name."""
+    named = {(rel, name) for rel, _, name, _ in staff_mentions(out)}
+    return [f"{rel}: {name!r}" for rel, names in (PENDING if pending is None else pending).items()
+            for name in names if (out / rel).exists() and (rel, name) not in named]  # fmt: skip
+
+
+def staff_problems(out: Path, pending: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+    """A problem for each staff mention in the release, except those ``pending`` (default PENDING) excuses."""
+    pending = PENDING if pending is None else pending
+    found = staff_mentions(out)
+    waiting = sorted({rel for rel, _, name, _ in found if name in pending.get(rel, ())})
     if waiting:
-        print(f"note: {len({r for r, _ in waiting})} file(s) still name staff-only things, awaiting their "
-              f"owners' edits (cut.py's PENDING): {', '.join(sorted({r for r, _ in waiting}))}")  # fmt: skip
-    problems += [f"cut.py's PENDING lists {name!r} in {rel}, which no longer names it: delete the entry"
-                 for rel, names in pending.items() for name in names
-                 if (out / rel).exists() and (rel, name) not in waiting]  # fmt: skip
-    return problems
+        print(f"note: {len(waiting)} file(s) still name staff-only things, awaiting their owners' edits (cut.py's "
+              f"PENDING): {', '.join(waiting)}")  # fmt: skip
+    stale = stale_pending(out, pending)
+    if stale:
+        print(f"note: PENDING entries that match nothing (delete them): {'; '.join(stale)}")
+    return [f"{rel}:{n}: names the staff-only {name!r}: {line[:120]}"
+            for rel, n, name, line in found if name not in pending.get(rel, ())]  # fmt: skip
 
 
 def leftovers(out: Path) -> list[str]:
