@@ -39,7 +39,7 @@ from scripts.grading.rubric import DEFAULT_TIMEOUT_S, RUBRIC_PATH, Rubric, load_
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded
 from scripts.grading.staff import path_of
-from scripts.grading.summary import STAFF_LOG, headline, write_summary
+from scripts.grading.summary import STAFF_LOG, SUMMARY_JSON, headline, read_results, write_summary
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
@@ -343,6 +343,9 @@ def grade_one(args) -> int:
             return 2
     write_json(args.out, results)
     print(results["output"])
+    if args.merge_into and (args.out.parent / SUMMARY_JSON).exists():  # a batch's folder: its dashboard follows
+        summary = write_summary(read_results(args.out.parent), args.out.parent)
+        print(f"dashboard of {args.out.parent} rewritten ({summary['submissions']} submissions)")
     return code
 
 

@@ -131,12 +131,14 @@ def test_a_merge_that_would_mix_grades_is_refused(items):
 
 def test_a_real_regrade_through_the_command_line(items, tmp_path):
     """The grader itself: the reference's accounting.py regraded on one test (--select, world size 1) and merged
-    into a full grade (synthetic, every case failed) keeps every other entry, a failure, and scores that test."""
+    into a full grade (synthetic, every case failed) keeps every other entry, a failure, and scores that test;
+    the batch dashboard in the results' folder is rewritten."""
     kit_items = [i for i in items if "[w" not in i["nodeid"] or "[w1" in i["nodeid"]]  # what world size 1 collects
     old = build_results(KIT, RunRecord(items=kit_items, outcomes={i["nodeid"]: ("failed", "E   AssertionError: x")
                                                                   for i in kit_items}), [], 1.0,
                         {"backend": "gloo", "world_sizes": "1"})  # fmt: skip
     (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "summary.json").write_text("{}")  # the folder is a batch's: its dashboard must follow the merge
     sub = tmp_path / "sub" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "accounting.py").write_text((REPO / "reference_solutions" / "accounting.py").read_text())
@@ -166,3 +168,5 @@ def test_a_real_regrade_through_the_command_line(items, tmp_path):
     assert changed and all(select in name and got > 0 for name, _, got in changed), changed
     assert new["score"] == round(sum(t["score"] for t in new["tests"]), 3) > 0
     assert sum(ln.startswith("  part ") for ln in new["output"].splitlines()) == len(KIT.parts), new["output"]
+    grades = {g["submission"]: g["score"] for g in json.loads((tmp_path / "summary.json").read_text())["grades"]}
+    assert grades == {"old": 0, "new": new["score"]}, grades
