@@ -45,13 +45,17 @@ def executor(store: Store, options: dict, parallelism: int):
     ex = submitit.AutoExecutor(folder=store.logs / "%j", cluster=options["cluster"])
     ex.update_parameters(name="cs336-grade", timeout_min=options["time_min"], nodes=1, tasks_per_node=1,
                          slurm_array_parallelism=parallelism, slurm_exclusive=True,
-                         slurm_setup=[f"cd {REPO}"])  # fmt: skip
+                         slurm_setup=[f"cd {REPO}"],
+                         # the step gets the whole node (CPUs, GPUs), not srun's default of one CPU per task
+                         slurm_srun_args=["--whole"])  # fmt: skip
     if options.get("partition"):
         ex.update_parameters(slurm_partition=options["partition"])
     if options.get("gpus_per_node"):
         ex.update_parameters(gpus_per_node=options["gpus_per_node"])
     if options.get("cpus_per_task"):
         ex.update_parameters(cpus_per_task=options["cpus_per_task"])
+    if options.get("sbatch"):  # --sbatch account=cs336: any other #SBATCH option, as Slurm spells it
+        ex.update_parameters(slurm_additional_parameters=dict(kv.split("=", 1) for kv in options["sbatch"]))
     return ex
 
 
@@ -80,12 +84,14 @@ def submit(args) -> int:
     bad = [a for a in grader_args if a.split("=")[0] in BATCH_ONLY]
     if bad:
         raise SystemExit(f"grader args {bad}: the cluster grader sets these itself (results go to --results-dir)")
+    if any("=" not in kv for kv in args.sbatch):
+        raise SystemExit(f"--sbatch {args.sbatch}: each is KEY=VALUE (account=cs336)")
     store = Store(args.results_dir)
     names = [p.name for p in export_submissions(args.export)]
     if not names:
         raise SystemExit(f"{args.export}: no submission (zip or folder) to grade")
     options = {"cluster": args.cluster, "partition": args.partition, "gpus_per_node": args.gpus_per_node,
-               "cpus_per_task": args.cpus_per_task, "time_min": args.time}  # fmt: skip
+               "cpus_per_task": args.cpus_per_task, "time_min": args.time, "sbatch": args.sbatch}  # fmt: skip
     store.root.mkdir(parents=True, exist_ok=True)
     store.save_config({"export": str(args.export.resolve()), "grader_args": grader_args, "options": options,
                        "grader_version": grader_version(grader_args)})  # fmt: skip
@@ -133,6 +139,8 @@ def main(argv=None) -> int:
     s.add_argument("--cpus-per-task", type=int, help="CPUs each task asks for (default: Slurm's)")
     s.add_argument("--time", type=minutes, default=360, help="each task's time limit: the shard's grades and "
                    "their worst case (Slurm's formats, default 6:00:00)")  # fmt: skip
+    s.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                   help="another sbatch option (account=cs336, qos=high); repeat for more")  # fmt: skip
     s.add_argument("--cluster", choices=["slurm", "local"], default="slurm", help="local: submitit's local executor")
     r = sub.add_parser("resubmit", help="submit again what has no result")
     r.add_argument("results", type=Path)

@@ -1,0 +1,244 @@
+"""Grading a class on a cluster: a job array through submitit, on a real one-node Slurm and on the local executor.
+
+    python -m scripts.grading.cluster.local_slurm install       # once, as root (Debian): slurm-wlm and munge
+    pytest tests/staff/grader/test_cluster.py -v
+
+The oracle is a one-node ``--batch`` of the same export with the same grader args, graded here first: the
+cluster's results must equal it entry by entry (each test's score and status), and ``collect`` must write the
+same CSV (but the seconds), the same dashboard numbers and one results JSON per submission where
+``gpu_results pack`` reads them. Four small submissions, Part 1 at world sizes 1 and 2
+on gloo, a few tests each: the reference (full marks), the stub as a zip (0), a broadcast that returns at once
+(only broadcast's cases fail) and a folder with no part module (0, with a note).
+
+The Slurm test starts ``munged``, ``slurmctld`` and ``slurmd`` in a temporary folder
+(scripts/grading/cluster/local_slurm.py), submits one array of four tasks (one submission each; the node takes one
+exclusive task at a time), cancels the task grading one submission mid-grade, checks that ``status`` calls it
+failed, resubmits what is missing and checks every submission graded exactly once (the grades log) with the
+batch's grades. It skips, saying why, where Slurm is not installed or cannot start (not root, no Debian).
+The local test needs no Slurm: two tasks on this machine, a half-written result that must not count, a second
+``submit`` that grades nothing, and a changed submission that ``resubmit --missing`` grades again alone.
+
+Everything runs from a snapshot of this checkout (its tracked and new files): a result counts only under the
+grader version it was graded with (a hash of the grader's sources), and this checkout may change under the test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
+
+pytestmark = pytest.mark.staff
+
+SELECT = "(broadcast_copies_src_tensor_to_every_rank or all_reduce_sums_in_place_on_every_rank) and float32"
+GRADER_ARGS = ["--parts", "collectives", "--world-sizes", "1,2", "--select", SELECT, "--timeout", "180"]
+BROKEN_BROADCAST = "\n\ndef broadcast(tensor, src=0, group=None):\n    return tensor  # forgot to send\n"
+
+
+def _cli(repo: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=repo, env=env or grader_env(), capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+    return proc
+
+
+def _wait(what: str, done, timeout: float) -> None:
+    """Poll ``done()`` (a cluster runs apart from this process: nothing to join) until it holds."""
+    end = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > end:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """This checkout's tracked and new (not ignored) files, copied: a grader version that cannot change."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
+                           check=True).stdout.decode().split("\0")  # fmt: skip
+    copy = tmp_path_factory.mktemp("checkout") / "repo"
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, copy / rel)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    """alice: the reference; bob.zip: the stub; carol: broadcast returns at once; dan: no part module."""
+    export = tmp_path_factory.mktemp("class") / "export"
+    reference = (REPO / "reference_solutions" / "collectives.py").read_text()
+    for name, source in (("alice", reference), ("carol", reference + BROKEN_BROADCAST)):
+        (export / name / "cs336_systems").mkdir(parents=True)
+        (export / name / "cs336_systems" / "collectives.py").write_text(source)
+    (export / "dan").mkdir()
+    (export / "dan" / "notes.txt").write_text("I ran out of time\n")
+    shutil.make_archive(str(export / "bob"), "zip", REPO, "cs336_systems/collectives.py")
+    return export
+
+
+@pytest.fixture(scope="module")
+def batch(repo, export, tmp_path_factory) -> Path:
+    """The oracle: a one-node ``--batch`` of the export (two at a time), results and CSV in the folder returned."""
+    out = tmp_path_factory.mktemp("one-node") / "results"
+    proc = _cli(repo, "scripts.grading", "--batch", str(export), "--results-dir", str(out), "--csv",
+                str(out / "grades.csv"), "--jobs", "2", *GRADER_ARGS, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return out
+
+
+def _entries(results: dict) -> list[tuple]:
+    return [(t["name"], t["score"], t["max_score"], t["status"]) for t in results["tests"]]
+
+
+def _csv(path: Path) -> dict[str, dict]:
+    """submission -> its CSV row, without the seconds (a grade's wall time)."""
+    return {r["submission"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(path.open())}
+
+
+def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
+    """Every submission's results equal the one-node batch's entry by entry; the CSV and the dashboard too."""
+    for name in names:
+        stem = Path(name).stem
+        got, want = (json.loads((d / f"{stem}.json").read_text()) for d in (results, batch))
+        assert got["score"] == want["score"], (
+            f"{name}: score {got['score']} on the cluster, {want['score']} on one node"
+        )
+        assert _entries(got) == _entries(want), f"{name}: entries differ from the one-node batch's"
+        assert (results / f"{stem}.staff.log").exists(), f"{name}: no staff log beside its results"
+    want_rows = {n: r for n, r in _csv(batch / "grades.csv").items() if n in names}
+    assert _csv(results / "grades.csv") == want_rows
+    summary = json.loads((results / "summary.json").read_text())
+    oracle = json.loads((batch / "summary.json").read_text())
+    if set(names) == {g["submission"] for g in oracle["grades"]}:
+        assert summary == oracle, "the dashboard's numbers differ from the one-node batch's"
+    for figure in ("summary.md", "dashboard.png", "grades.png"):
+        assert (results / figure).exists(), f"collect wrote no {figure}"
+
+
+def _graded_once(results: Path) -> Counter:
+    """How many grades finished per submission (R/.cluster/graded.log: one line each)."""
+    return Counter(line.split()[3] for line in (results / ".cluster" / "graded.log").read_text().splitlines())
+
+
+# -- on a real Slurm ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> dict:
+    """A one-node Slurm (local_slurm.py) for this module; the environment its clients need."""
+    from scripts.grading.cluster import local_slurm
+
+    if not shutil.which("slurmctld") and not Path("/usr/sbin/slurmctld").exists():
+        pytest.skip("Slurm is not installed (as root on Debian: python -m scripts.grading.cluster.local_slurm install)")
+    folder = tmp_path_factory.mktemp("slurm")
+    try:
+        env = local_slurm.start(folder)
+    except local_slurm.SlurmUnavailable as exc:
+        pytest.skip(f"a local Slurm could not start: {exc}")
+    yield {**grader_env(), **env}
+    local_slurm.stop(folder)
+
+
+def _array_ended(env: dict, array: str) -> bool:
+    out = subprocess.run(["squeue", "-h", "-r", "-j", array, "-o", "%i"], env=env, capture_output=True, text=True)
+    return out.returncode != 0 or not out.stdout.strip()
+
+
+def _array_of(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout.split("submitted job array ")[1].split(":")[0]
+
+
+def test_slurm_array_survives_a_cancelled_task_and_grades_as_one_node_does(slurm, repo, export, batch, tmp_path):
+    """One array of four tasks on a real Slurm; the task grading one submission is cancelled mid-grade; status
+    says so; resubmit --missing grades only that one; every submission graded once, equal to the one-node batch."""
+    results = tmp_path / "R"
+    cli = ("scripts.grading.cluster",)
+    array = _array_of(_cli(repo, *cli, "submit", str(export), "--results-dir", str(results), "--nodes", "4",
+                           "--time", "15", "--", *GRADER_ARGS, env=slurm))  # fmt: skip
+    running = results / ".cluster" / "running"
+    # The first task to start grading is cancelled 3 s into its grade (a grade here takes 6-15 s).
+    _wait("a task grading", lambda: any(running.glob("*.json")), 240)
+    victim = json.loads(sorted(running.glob("*.json"))[0].read_text())
+    time.sleep(3)
+    subprocess.run(["scancel", victim["task"]], env=slurm, check=True)
+    _wait(f"array {array} to end", lambda: _array_ended(slurm, array), 300)
+    status = _cli(repo, *cli, "status", str(results), env=slurm).stdout
+    cancelled = [line.strip() for line in status.splitlines() if "failed" in line and victim["task"] in line]
+    assert len(cancelled) == 1, f"status does not show task {victim['task']}'s submission as failed:\n{status}"
+    name = cancelled[0].split(":")[0]
+    assert not (results / f"{Path(name).stem}.json").exists(), "the cancelled grade left a result"
+    again = _cli(repo, *cli, "resubmit", str(results), "--missing", env=slurm)
+    assert "1 to resubmit" in again.stdout, again.stdout + again.stderr
+    second = _array_of(again)
+    _wait(f"array {second} to end", lambda: _array_ended(slurm, second), 240)
+    status = _cli(repo, *cli, "status", str(results), env=slurm).stdout
+    assert "4 graded, 0 running, 0 pending, 0 failed" in status, status
+    collected = _cli(repo, *cli, "collect", str(results), env=slurm)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    names = sorted(p.name for p in export.iterdir())
+    assert _graded_once(results) == Counter(names), "a submission was graded twice, or not at all"
+    assert_same_as_batch(results, batch, names)
+    # gpu_results pack reads EXPORT/<name> and R/<stem>.json: the results compared above, one per submission.
+    # (pack itself refuses results graded with --select, as these are: they do not cover the kit.)
+    assert sorted(p.name for p in results.glob("*.json") if p.name != "summary.json") == sorted(
+        f"{Path(n).stem}.json" for n in names
+    )
+
+
+# -- on the local executor ------------------------------------------------------------------------------------
+
+
+def test_local_executor_skips_what_counts_and_regrades_what_does_not(repo, export, batch, tmp_path):
+    """submitit's local executor, two tasks; a second submit grades nothing; then a half-written result and a
+    one-byte change to a graded module each make a grade not count: resubmit --missing grades those two again."""
+    from scripts.grading.cluster.store import submission_fingerprint
+
+    local = tmp_path / "export"
+    for name in ("alice", "carol"):
+        shutil.copytree(export / name, local / name)
+    results = tmp_path / "R"
+    cli = ("scripts.grading.cluster",)
+
+    def submit(*args: str) -> subprocess.CompletedProcess:
+        proc = _cli(repo, *cli, *args, "--results-dir", str(results), "--cluster", "local", "--nodes", "2", "--",
+                    *GRADER_ARGS)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc
+
+    def wait_all_ended() -> None:
+        tasks = [t for a in json.loads((results / ".cluster" / "arrays.json").read_text()) for t in a["task_ids"]]
+        _wait("the local tasks to end", lambda: not any(Path(f"/proc/{t}").exists() for t in tasks), 240)
+
+    submit("submit", str(local))
+    config = json.loads((results / ".cluster" / "config.json").read_text())
+    wait_all_ended()
+    assert _graded_once(results) == Counter(["alice", "carol"])
+    again = submit("submit", str(local))
+    assert "2 submissions already graded" in again.stdout and "submitted job array" not in again.stdout
+    # A result cut short (a task killed while writing it, by hand or by a bad disk) beside a record that matches,
+    # and one changed byte in a graded module (another fingerprint): neither grade counts any more.
+    (results / "alice.json").write_text('{"score": 7.0, "tests": [')
+    module = local / "carol" / "cs336_systems" / "collectives.py"
+    before = submission_fingerprint(local / "carol")
+    module.write_text(module.read_text() + "# a comment\n")
+    assert submission_fingerprint(local / "carol") != before
+    resubmitted = _cli(repo, *cli, "resubmit", str(results), "--missing", "--nodes", "2")
+    assert "2 to resubmit" in resubmitted.stdout, resubmitted.stdout + resubmitted.stderr
+    wait_all_ended()
+    assert _graded_once(results) == Counter(["alice", "alice", "carol", "carol"])
+    collected = _cli(repo, *cli, "collect", str(results))
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert config["grader_args"] == GRADER_ARGS
+    assert_same_as_batch(results, batch, ["alice", "carol"])
