@@ -456,8 +456,9 @@ def main(argv=None) -> int:
                    "can run, outside an unreadable home (handouts/grading.md)")  # fmt: skip
     p.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="rubric file (default scripts/grading/rubric.toml)")
     p.add_argument("--staff-log", type=Path, help="write pytest's own output and runner events here (for graders)")
-    p.add_argument("--merge-into", type=Path, help="a regrade (--parts/--select) replaces only its entries in this "
-                   "earlier results JSON; the rest is kept (write the merged file with --out)")  # fmt: skip
+    p.add_argument("--merge-into", type=Path, help="a regrade (--parts/--select) replaces exactly the cases it ran "
+                   "(by node id) in this earlier results JSON, keeps the rest and scores the whole again (write the "
+                   "merged file with --out; same --backend and --world-sizes as the earlier grade)")  # fmt: skip
     p.add_argument(
         "--precomputed",
         type=Path,
