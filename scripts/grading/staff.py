@@ -37,9 +37,7 @@ STAFF_ONLY = (
     StaffPath("tests/staff/test_answer_key.py", "answer_key", grading=False),  # the key vs the reference
     StaffPath("tests/staff/test_kit_links.py", "kit_links", grading=False),  # kits: links, commands, leftovers
     StaffPath("tests/staff/test_generated_numbers.py", "numbers", grading=False),  # guide/README numbers generated
-    StaffPath(
-        "tests/staff/test_checkpoint_staging.py", "checkpoint_staging", grading=False
-    ),  # the reference's pinned staging (Part 10)
+    StaffPath("tests/staff/test_checkpoint_staging.py", "staging", grading=False),  # Part 10's pinned staging
     # A second implementation (the reference's work, its own bad-input wording) and its test.
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
