@@ -464,9 +464,11 @@ def main() -> int:
         return 0
     problems = check_no_staff_text(out) + kit_problems(out)
     before = tree_state(out)
-    # The checks run the release's code in it (pytest, every --help, the walk): no bytecode caches left there.
+    # The checks run the release's code in it (pytest, every --help): no bytecode caches, and hypothesis's example
+    # database (.hypothesis/ in the working folder) in the temporary folder.
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
     with tempfile.TemporaryDirectory(prefix="cs336-release-") as tmp:
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(Path(tmp) / "hypothesis")
         python = fresh_env(out, Path(tmp))
         sizes = "2" if args.quick else "1,2"
         problems += run_release_tests(python, out, sizes, harness=not args.quick)
