@@ -131,9 +131,10 @@ more than the run-to-run noise of a reordering.""",
                 "3",
                 "GQA on the ring",
                 1,
-                f"""Per layer and microbatch (one sequence of 131072 tokens) each rank sends
-`ring_attention_bytes_per_rank(131072, 1, heads, 128, 16)` bytes: with the 16 repeated heads (128/8)
-**{nbytes(RING_REPEATED)}**, with only its 8/8 = 1 KV head **{nbytes(RING_KV)}**: 16× less (the group size a/g).
+                f"""Per layer and microbatch (one sequence of 131072 tokens through the layer, forward and
+backward) each rank sends `ring_attention_bytes_per_rank(131072, 1, heads, 128, 16)` bytes: with the 16
+repeated heads (128/8) **{nbytes(RING_REPEATED)}**, with only its 8/8 = 1 KV head **{nbytes(RING_KV)}**: 16× less
+(the group size a/g).
 A step of the 128k layout runs 16 microbatches per replica, so per step both are 16 times more (accept either,
 stated per microbatch or per step). Repeating after the ring is exact (the repeat is a copy);
 in backward the gradients of the repeated heads must be summed back into each KV head *before* they travel
