@@ -15,12 +15,20 @@ summary) nor a results file (a submission can write one). Instead:
 
 The one place where data from student code enters this process, the rank replies, is hardened by
 the harness itself (tests/harness/replies.py: only plain data is rebuilt).
+
+In the hidden run (``--grading-redact``) a failure is reported as ``redacted`` text: the grader's own words,
+or the test's assertion message only when nothing in it came from a rank. Every string a rank sends back
+during a test is noted (``RankText``), and a message that quotes one, holds a piece of one, or has a traceback
+is replaced by a fixed line; paths are blanked. This holds whatever an oracle puts in its messages: an
+oracle that returns a rank's traceback and quotes it on failure (tests/oracles/ddp.py did) leaks nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 
 import pytest
 
@@ -29,6 +37,13 @@ from tests.harness.limits import make_undumpable
 from tests.harness.pool import HUNG_FUNCTIONS
 
 OUTPUT_LIMIT = 6000  # characters of failure text kept per test; the grader truncates further
+WITHHELD = "failed; details are withheld for hidden tests (the staff's log has them)"
+RANK_FAILED = ("a rank did not finish normally (it raised, hung or died); in hidden tests the ranks' messages, "
+               "tracebacks and output are not shown: reproduce it with the public tests")  # fmt: skip
+SHOWN_LIMIT = 600  # a hidden test's assertion message longer than this is withheld (it is not a value's story)
+PIECE = 16  # a message holding this many characters in a row of a rank's text is withheld
+NAME = re.compile(r"[A-Za-z0-9_.\-]{0,48}")  # a rank's string like this (a parameter's name) may be named ...
+PATH = re.compile(r"(?<![\w.])(?:/[\w.+@~-]+){2,}/?|[\w.-]+(?:/[\w.-]+)*\.py\b")  # ... but never a path or file
 
 
 # -- the signed channel -----------------------------------------------------------------------------
@@ -72,19 +87,98 @@ class BudgetSpent(pytest.fail.Exception):
     message (the grader's own words) is shown even for hidden tests."""
 
 
-def redacted(excinfo: pytest.ExceptionInfo) -> str:
-    """What a hidden test's failure may show: the test's own assertion message, never the test's source
-    (pytest's traceback quotes it) nor what a rank raised or printed (a submission could put there what
-    it read, e.g. the hidden test file itself)."""
+class RankText:
+    """Every string the ranks sent back during the current test (their replies, rebuilt by the harness), to
+    tell a message the test computed from values from one that carries a rank's text."""
+
+    MAX_ITEMS, MAX_CHARS = 200_000, 4 << 20  # beyond these, every message of the test is withheld
+
+    def __init__(self):
+        self.names: set[str] = set()  # short name-like strings (parameter names, op names)
+        self.texts: list[str] = []  # every other string
+        self.items = self.chars = 0
+
+    def clear(self) -> None:
+        self.__init__()
+
+    def add(self, value) -> None:
+        todo = [value]
+        while todo and self.items < self.MAX_ITEMS:  # a loop, not recursion: a reply may nest deeply
+            v = todo.pop()
+            self.items += 1
+            if isinstance(v, (bytes, bytearray)):
+                v = bytes(v).decode("utf-8", "replace")
+            if isinstance(v, str):
+                self.chars += len(v)
+                (self.names.add if NAME.fullmatch(v) else self.texts.append)(v)
+            elif isinstance(v, dict):
+                todo += [*v.keys(), *v.values()]
+            elif isinstance(v, (list, tuple, set, frozenset)):
+                todo += list(v)
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+                todo += [getattr(v, f.name, None) for f in dataclasses.fields(v)]
+
+    def found_in(self, message: str) -> bool:
+        """Whether ``message`` quotes a rank's string, holds one, or holds ``PIECE`` characters of one."""
+        if self.items >= self.MAX_ITEMS or self.chars > self.MAX_CHARS:
+            return True
+        if any(repr(s) in message for s in self.names if s) or any(len(s) >= 4 and s in message for s in self.texts):
+            return True
+        joined = "\0".join(self.texts)
+        return any(message[i : i + PIECE] in joined for i in range(len(message) - PIECE + 1))
+
+
+RANK_TEXT = RankText()
+
+
+def watch_rank_replies(seen: RankText) -> None:
+    """Note every rank reply the harness rebuilds in this process (tests/harness/pool.py's ``load_reply``)."""
+    from tests.harness import pool
+
+    load = pool.load_reply
+
+    def load_and_note(data: bytes):
+        value = load(data)
+        seen.add(value)
+        return value
+
+    pool.load_reply = load_and_note
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and every exception it was raised from or while handling."""
+    out, todo = [], [exc]
+    while todo:
+        e = todo.pop()
+        if e is not None and all(e is not o for o in out):
+            out.append(e)
+            todo += [e.__cause__, e.__context__]
+    return out
+
+
+def sanitized(text: str, seen: RankText) -> str | None:
+    """``text`` with paths blanked, or None when it may carry what a rank sent (or is a traceback)."""
+    if len(text) > SHOWN_LIMIT or "Traceback (most recent call last)" in text or 'File "' in text:
+        return None
+    if seen.found_in(text):
+        return None
+    return PATH.sub("<path>", text)
+
+
+def redacted(excinfo: pytest.ExceptionInfo, seen: RankText | None = None) -> str:
+    """What a hidden test's failure may show: the grader's own words, or the test's own assertion message when
+    nothing in it came from a rank; never the test's source (pytest's traceback quotes it) nor what a rank
+    raised, printed or returned as text (a submission could put there what it read, e.g. the hidden test file
+    itself), nor a path."""
     exc = excinfo.value
     if isinstance(exc, BudgetSpent):  # the grader's own words
         return str(exc)
-    if any(c.__name__ == "RankFailure" for c in type(exc).__mro__):  # tests/harness/pool.py
-        return ("a rank did not finish normally (it raised, hung or died); in hidden tests the ranks' "
-                "messages, tracebacks and output are not shown: reproduce it with the public tests")  # fmt: skip
+    if any(c.__name__ == "RankFailure" for e in _chain(exc) for c in type(e).__mro__):  # tests/harness/pool.py
+        return RANK_FAILED
     if isinstance(exc, AssertionError):
         message = str(exc).split("\nassert ", 1)[0]  # pytest appends the rewritten expression: test source
-        return f"AssertionError: {message}"
+        shown = sanitized(message, seen or RankText())
+        return f"AssertionError: {shown}" if shown is not None else WITHHELD
     return f"{type(exc).__name__} raised while the test judged the results (details not shown for hidden tests)"
 
 
@@ -102,7 +196,7 @@ class GradingReporter:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         yield
         if self.redact and call.excinfo is not None:
-            self.redacted.setdefault(item.nodeid, {})[call.when] = redacted(call.excinfo)
+            self.redacted.setdefault(item.nodeid, {})[call.when] = redacted(call.excinfo, RANK_TEXT)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -121,6 +215,7 @@ class GradingReporter:
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.phases[nodeid] = {}
+        RANK_TEXT.clear()  # what the ranks send from now on belongs to this test
         self.channel.send("start", nodeid=nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -141,6 +236,8 @@ class GradingReporter:
         elif any(r.skipped for r in phases.values()):
             skipped = next(r for r in phases.values() if r.skipped)
             outcome, text = "skipped", str(skipped.longrepr[-1] if isinstance(skipped.longrepr, tuple) else "")
+            if self.redact:  # a reason is the staff's words, but a test could build one from a rank's reply
+                text = sanitized(text, RANK_TEXT) or "skipped (the reason is withheld for hidden tests)"
         else:
             outcome, text = "failed", "the test did not run to completion"
         duration = sum(r.duration for r in phases.values())
@@ -171,4 +268,6 @@ def pytest_configure(config: pytest.Config) -> None:
     key = _read_key(config.getoption("--grading-key-fd"))
     budgets = json.loads(config.getoption("--grading-budgets") or "{}")
     reporter = GradingReporter(_Channel(fd, key), redact=config.getoption("--grading-redact"), budgets=budgets)
+    if reporter.redact:
+        watch_rank_replies(RANK_TEXT)
     config.pluginmanager.register(reporter, "cs336-grading-reporter")

@@ -171,6 +171,7 @@ def _env(settings: Settings, sandbox: Path, hung: dict[str, str]) -> dict[str, s
         "TMPDIR": str(settings.work / "tmp"),
         "PYTHONPATH": str(sandbox),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",  # a .pth a rank plants in HOME's user site must not run in a restarted judge
         "PYTHONHASHSEED": "0",
         "OMP_NUM_THREADS": "1",
         "CS336_WORKER_LOG_LIMIT_MB": str(settings.worker_log_mb),

@@ -25,7 +25,7 @@ from torch import nn
 
 from cs336_systems.models import DeepMLP, ToyModel, ToyModelWithTiedWeights
 from cs336_systems.utils import random_batch, seed_everything
-from tests.harness import CONFIG, assert_close, run_ranks, tolerance
+from tests.harness import CONFIG, RankFailure, assert_close, run_ranks, tolerance
 
 PER_RANK_BATCH = 4
 
@@ -180,8 +180,8 @@ def assert_matches_oracle(
         tol = dict(zip(("rtol", "atol"), tolerance(torch.float32)))
     for step, want in enumerate(oracle):
         for rank, (history, error) in enumerate(outs):
-            if step == len(history):
-                raise AssertionError(f"rank {rank}, step {step} ({what}) raised:\n{error}")
+            if step == len(history):  # the rank's own failure (its traceback): a RankFailure, like any other
+                raise RankFailure(f"rank {rank}, step {step} ({what}) raised:\n{error}")
             got = history[step]
             for kind in ("grads", "params"):
                 for name, w in want[kind].items():
