@@ -9,11 +9,11 @@ Not a task: read it, do not change it (like ``models.py``, the grader always use
       and once CUDA is initialized, which fork would break: ``job`` and ``args`` must then be picklable). Each
       rank joins its own process group through a ``FileStore`` in a fresh folder (no port to collide) over
       the interface ``platform_support.gloo_interface()`` picks (the loopback, or your ``GLOO_SOCKET_IFNAME``),
-      dies with its parent (``PR_SET_PDEATHSIG``, Linux), and ends with one message: what ``job`` returned or
-      raised. When a
-      rank dies without a message, ``launch`` posts ``dead/<rank>`` in the job's store, as a cluster
-      scheduler would tell the job; a deadline, and a grace period after the first failure, kill whatever is
-      left (faulthandler stacks first), so ``launch`` always returns, with one ``RankOutcome`` per rank.
+      dies with its parent (``PR_SET_PDEATHSIG``, Linux), says when it has joined, and ends with one message:
+      what ``job`` returned or raised. When a rank dies without a message, ``launch`` posts ``dead/<rank>`` in
+      the job's store, as a cluster scheduler would tell the job; a deadline (counted from when every rank has
+      joined, so that starting them is not counted), and a grace period after the first failure, kill whatever
+      is left (faulthandler stacks first), so ``launch`` always returns, with one ``RankOutcome`` per rank.
       ``launch`` imports ``torch._dynamo`` once before forking: AdamW's first step imports it otherwise, in
       every forked rank, which takes seconds of a short deadline (a script that drives ``supervise`` outside
       pytest would see its first attempt time out).
@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 STACK_CHARS = 4000  # how much of a killed rank's stack dump RankOutcome.stacks keeps (whole lines, innermost first)
+STARTUP_S = 120.0  # how long starting the ranks and joining the group may take, on top of launch's deadline
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +261,7 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
         # sockets while a slower peer is still connecting, failing that peer's init as if it had a bug. The
         # job starts only once every rank is connected.
         dist.barrier()
+        conn.send_bytes(pickle.dumps(("joined", None)))  # the launcher's deadline starts when every rank has joined
         me = JobRank(rank, world_size, attempt, job_store, device, fault, conn)
         value = job(me, *args)
         _send_and_exit(conn, ("ok", _to_cpu(value)), 0)
@@ -281,8 +283,9 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
     ``platform_support.GlooInterfaceError`` (one line, with the fix) before starting any rank when
     ``GLOO_SOCKET_IFNAME`` names an interface this machine lacks. A rank that dies without a message gets
     ``dead/<rank>`` posted in the job store at once. ``launch`` returns when every rank has ended; ranks
-    still running ``grace`` seconds after the first failure, or at ``deadline``, are sent SIGUSR1 (their
-    Python stacks go to ``RankOutcome.stacks``) and then SIGKILL. No rank outlives ``launch``.
+    still running ``grace`` seconds after the first failure, or ``deadline`` seconds after every rank joined
+    the group (starting them may take ``STARTUP_S`` more), are sent SIGUSR1 (their Python stacks go to
+    ``RankOutcome.stacks``) and then SIGKILL. No rank outlives ``launch``.
     """
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -305,22 +308,31 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
             procs.append(p)
             conns[mine] = r
         store = dist.PrefixStore("job/", dist.FileStore(str(Path(folder) / "store"), world_size))
-        end = time.monotonic() + deadline
+        # The deadline counts from when every rank has joined the group: starting the ranks (seconds of
+        # importing torch per rank under spawn, on macOS) must not eat a short deadline. At most STARTUP_S more.
+        end = time.monotonic() + STARTUP_S + deadline
         running = {p.sentinel: r for r, p in enumerate(procs)}
         by_rank = {r: c for c, r in conns.items()}
+        joined: set[int] = set()
 
         def take_message(r: int) -> None:
-            conn = by_rank.pop(r, None)
-            if conn is None or not conn.poll():
+            conn = by_rank.get(r)
+            while conn is not None and conn.poll():
+                try:
+                    kind, payload = pickle.loads(conn.recv_bytes())
+                except (EOFError, OSError):
+                    by_rank.pop(r)
+                    return  # ended without a message: the sentinel says how
+                if kind == "joined":
+                    joined.add(r)
+                    continue
+                by_rank.pop(r)
+                outcomes[r].reported_at = time.time()
+                setattr(outcomes[r], {"ok": "value", "failure": "failure"}.get(kind, "error"), payload)
                 return
-            try:
-                kind, payload = pickle.loads(conn.recv_bytes())
-            except (EOFError, OSError):
-                return  # ended without a message: the sentinel says how
-            outcomes[r].reported_at = time.time()
-            setattr(outcomes[r], {"ok": "value", "failure": "failure"}.get(kind, "error"), payload)
 
         killed: set[int] = set()
+        all_joined = False
         while running:
             ready = wait([*by_rank.values(), *running], timeout=max(0.0, end - time.monotonic()))
             if not ready:
@@ -329,12 +341,16 @@ def launch(job: Callable, world_size: int, *args, attempt: int = 0, fault: Fault
                 if obj in running:
                     r = running.pop(obj)
                     take_message(r)  # a message sent just before the exit comes first
+                    by_rank.pop(r, None)
                     procs[r].join()
                     outcomes[r].exitcode = procs[r].exitcode
                     if outcomes[r].reported_at is None:
                         store.set(f"dead/{r}", str(procs[r].exitcode))  # the scheduler's notice
-                else:
-                    take_message(next(r for r, c in by_rank.items() if c is obj))
+                elif (r := next((r for r, c in by_rank.items() if c is obj), None)) is not None:
+                    take_message(r)
+            if len(joined) == world_size and not all_joined:
+                all_joined = True
+                end = min(end, time.monotonic() + deadline)
             if any(o.failure or o.error or (o.exitcode is not None and o.reported_at is None) for o in outcomes):
                 grace_end = grace_end or time.monotonic() + grace
                 end = min(end, grace_end)
