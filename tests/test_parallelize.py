@@ -5,12 +5,15 @@
     pytest tests/test_parallelize.py -m task11_1            # only the parallel block
 
 Every mesh of tests/oracles/transformer.py's table whose size is the world size trains a tiny model
-(4 blocks, 8 query and 4 key/value heads; an MoE every second block for the ep meshes) for two AdamW
-steps in float64, and every rank's loss (last pipeline stage) and every parameter it holds are
-compared with one process training the dense model on the whole batch, the parameters through the
-layout the docstrings promise (TP rows and columns, experts by global index). The recorder shows
-one block's traffic (two all-gathers and two reduce-scatters over tp per pass, ring neighbours over
-cp) and that the pipeline only talks to neighbouring stages.
+(4 blocks, 8 query and 4 key/value heads; an MoE every second block for the ep meshes) for two steps
+in float64 (AdamW; plain SGD on the meshes where a gradient's scale must show), and every rank's loss
+(last pipeline stage) and every parameter it holds are compared with one process training the dense
+model on the whole batch, the parameters through the layout the docstrings promise (TP rows and
+columns, experts by global index, exactly E/ep of them per ep rank); the caller's model must come back
+untouched. The recorder shows one block's traffic (two all-gathers and two reduce-scatters over tp per
+pass, ring neighbours over cp) and that the pipeline only talks to neighbouring stages. With
+--comm-trace DIR every training step is a region of the test's trace, named after its mesh
+(``python -m scripts.tools.trace DIR/<test>.json --summary "dp=2,pp=1,cp=2,tp=2 ddp step 0"``).
 """
 
 from __future__ import annotations
