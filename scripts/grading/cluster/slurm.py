@@ -21,8 +21,9 @@ from pathlib import Path
 from scripts.grading.cluster.shards import export_submissions
 from scripts.grading.cluster.store import Store
 
+# A task in one of these states may still grade its shard (a requeued task is PENDING or REQUEUED again).
 LIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUE_HOLD",
-        "REQUEUE_FED", "PREEMPTED"}  # fmt: skip  # PREEMPTED: requeued by submitit or Slurm right after
+        "REQUEUE_FED"}  # fmt: skip
 
 
 def _expand(job: str) -> list[str]:

@@ -34,7 +34,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from scripts.grading.cluster.__main__ import minutes
+from scripts.grading.cluster.shards import plan_shards
 from tests.harness.pool import ROOT as REPO
 from tests.staff.grader import grader_env
 
@@ -129,6 +133,29 @@ def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
 def _graded_once(results: Path) -> Counter:
     """How many grades finished per submission (R/.cluster/graded.log: one line each)."""
     return Counter(line.split()[3] for line in (results / ".cluster" / "graded.log").read_text().splitlines())
+
+
+# -- the pure helpers ------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.sampled_from([10.0, 130.0, 310.0, 2000.0]),
+                       max_size=25), st.integers(1, 9))  # fmt: skip
+def test_shards_hold_each_submission_once_the_same_way_every_time_and_balanced(costs, shards):
+    """Every submission in exactly one shard; the same shards whatever order the export lists them in; no shard
+    heavier than the lightest by more than one submission's cost (longest first, into the lightest shard)."""
+    plan = plan_shards(costs, shards)
+    assert len(plan) == max(1, min(shards, len(costs)))
+    assert sorted(n for shard in plan for n in shard) == sorted(costs)
+    assert plan == plan_shards(dict(reversed(list(costs.items()))), shards), "the shards depend on the listing order"
+    loads = [sum(costs[n] for n in shard) for shard in plan]
+    assert not costs or max(loads) - min(loads) <= max(costs.values()), f"unbalanced: {loads}"
+
+
+@pytest.mark.parametrize(("text", "expected"), [("90", 90), ("1:30", 2), ("2:00:00", 120), ("4:00:30", 241),
+                                                ("1-00", 1440), ("1-2:30", 1590), ("0-0:0:1", 1)])  # fmt: skip
+def test_time_takes_slurms_formats_in_whole_minutes_rounded_up(text, expected):
+    assert minutes(text) == expected
 
 
 # -- on a real Slurm ------------------------------------------------------------------------------------------
