@@ -197,3 +197,16 @@ def parent_rank(ctx) -> int:
 def test_without_the_zygote_each_rank_is_a_child_of_this_process(world_size):
     """macOS's path (and CS336_ZYGOTE=0): every rank is started fresh by the pytest process itself."""
     assert run_ranks(world_size, parent_rank) == [os.getpid()] * world_size
+
+
+def test_a_pool_whose_ranks_could_not_start_gloo_fails_with_the_one_line(monkeypatch, tmp_path):
+    """gloo's enforce message in a rank's reply (an interface without an address: the name exists, so the parent
+    could not tell) ends the pool and becomes the one line every later test fails with."""
+    monkeypatch.setattr(pool, "GLOO_PROBLEM", None)
+    stub = pool.WorkerPool.__new__(pool.WorkerPool)  # no ranks: only the reply is judged
+    stub.env, stub.ranks, stub.tmp = {"GLOO_SOCKET_IFNAME": "ifb0"}, [], tmp_path
+    error = "RuntimeError: [enforce fail at tcp/device.cc:84] ifa != nullptr. Unable to find address for: ifb0"
+    with pytest.raises(pool.GlooUnavailable, match="'ifb0'"):
+        stub._check_gloo_started({0: {"status": "error", "error": error}, 1: {"status": "error", "error": error}})
+    assert pool.GLOO_PROBLEM is not None and "\n" not in pool.GLOO_PROBLEM
+    stub._check_gloo_started({0: {"status": "error", "error": "ValueError: a test's own error"}})  # not gloo's: no-op

@@ -46,3 +46,23 @@ def test_a_frozen_rank_at_the_deadline_is_killed_after_its_stack_without_running
         assert frozen.stacks.endswith("\n") and "pytest" not in frozen.stacks, (
             f"the stack should end at a line, without the frames of the process it was forked from:\n{frozen.stacks}"
         )
+
+
+def _return_rank(rank) -> int:
+    return rank.rank
+
+
+def test_starting_the_ranks_does_not_count_against_the_deadline(monkeypatch):
+    """Spawned ranks (macOS) import torch for seconds before they join: the deadline counts from when every rank
+    has joined, so a job that takes no time passes a 1 s deadline even when joining took 2 s."""
+    barrier = launcher.dist.barrier
+
+    def slow_barrier(*args, **kwargs):
+        import time
+
+        time.sleep(2.0)  # a slow start, inherited by the forked ranks
+        return barrier(*args, **kwargs)
+
+    monkeypatch.setattr(launcher.dist, "barrier", slow_barrier)
+    outcomes = launcher.launch(_return_rank, 2, deadline=1.0, grace=0.5)
+    assert [o.value for o in outcomes] == [0, 1] and all(o.ok for o in outcomes), launcher.describe_outcomes(outcomes)
