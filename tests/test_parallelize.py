@@ -133,7 +133,9 @@ def test_block_traffic_is_one_all_gather_and_one_reduce_scatter_per_sublayer_and
             want = ["all_gather", "reduce_scatter"] * 2  # backward: reduce-scatter's conjugate first, in reverse
             assert on_tp == want, (
                 f"rank {rank}, {phase} of one block on {shape}: over the tp group {list(tp_ranks)} expected one "
-                f"all-gather and one reduce-scatter per sub-layer (attention, SwiGLU), {want}, got {on_tp}:\n{log}"
+                f"all-gather and one reduce-scatter per sub-layer (attention, SwiGLU), {want}, got {on_tp} (an "
+                f"all-reduce in backward: Part 4's ColumnParallelLinear kept? its copy_to_tp_region adds one; §11.1):"
+                f"\n{log}"
             )
         me = cp_ranks.index(rank) if rank in cp_ranks else None
         neighbours = (
@@ -215,7 +217,8 @@ def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
     for rank, got in enumerate(run_ranks(world_size, memory_rank, shape, options)):
         assert got <= 1.1 * want, (
             f"rank {rank} on {name}: holds {got} bytes of tensors after a step; its share of the parameters, grads "
-            f"and AdamW moments is {want:.0f} (the whole model's: {4 * 8 * whole}): are whole weights kept?"
+            f"and AdamW moments is {want:.0f} (the whole model's: {4 * 8 * whole}): are whole weights kept? (FSDP "
+            f"shards only nn.Linear and nn.Embedding weights: a TP shard must be a plain nn.Linear, handout §11.1)"
         )
 
 
