@@ -10,6 +10,12 @@ Who talks to whom (group of N ranks): forward all-gathers a layer's weight just 
 frees it after; backward all-gathers it again, then reduce-scatters its weight grad, so each rank's
 shard holds its chunk of the mean. Replicated parameters (biases, norms) have their grads
 all-reduced and averaged. That is 1.5x DDP's traffic for 1/N of the parameter memory.
+
+Task 3.4 (§3.4) groups the weights of a submodule (a "unit", e.g. a transformer block) into one flat
+shard: one all-gather before the unit runs, one before its backward, one reduce-scatter after it, instead
+of one of each per layer. And it defers gradient reduction across microbatches
+(``set_requires_gradient_sync(False)``): unsharded grads accumulate locally, then one reduce-scatter per
+unit on the microbatch that syncs.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ __all__ = ["FSDP"]
 
 # ---------------------------------------------------------------------------------------------
 # ## Task 3.3: FSDP (ZeRO stage 3)
+# ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# ## Task 3.4: FSDP units (one flat shard per block) and deferred gradient sync
 # ---------------------------------------------------------------------------------------------
 
 
@@ -42,20 +53,45 @@ class FSDP(nn.Module):
     cast to it for the matmul and the output is cast back to the input's dtype; shards, grads and
     optimizer state stay fp32. Tied weights are sharded once.
 
-    Raises ``TypeError`` for a ``module`` that is not an ``nn.Module`` or a ``compute_dtype`` that is
-    not a floating-point ``torch.dtype``, on every rank, before any communication.
+    ``units`` (Task 3.4): disjoint submodules of ``module`` (e.g. its transformer blocks; ``[module]``
+    makes the whole model one unit). The trainable ``nn.Linear`` / ``nn.Embedding`` weights inside
+    unit u, in ``u.modules()`` order (a weight tied within u once), are concatenated into one flat
+    buffer of T elements, zero-padded at its end to ``N * ceil(T / N)``; rank r keeps chunk r as the
+    parameter ``u.flat_shard`` (1-D, ``ceil(T / N)`` elements), and those layers' ``weight`` stops
+    being a parameter. The unit all-gathers its flat buffer once just before its forward (freed when
+    the forward returns), once again before its backward, and reduce-scatters its flat weight grad
+    once, after its backward: one message each way per unit instead of one per layer. Layers outside
+    every unit (and frozen weights) are sharded one by one as above.
+
+    Raises ``TypeError`` for a ``module`` that is not an ``nn.Module``, a ``compute_dtype`` that is
+    not a floating-point ``torch.dtype``, or ``units`` not a list or tuple of ``nn.Module``;
+    ``ValueError`` for a unit that is not a submodule of ``module``, units that overlap (one inside
+    another, or the same twice), or a trainable weight tied across a unit's boundary; on every rank,
+    before any communication.
     """
 
-    def __init__(self, module: nn.Module, *, compute_dtype: torch.dtype | None = None, group=None) -> None:
+    def __init__(self, module: nn.Module, *, compute_dtype: torch.dtype | None = None, group=None, units=None) -> None:
         raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")
 
     def forward(self, *args, **kwargs):
         """``self.module(*args, **kwargs)``; each sharded layer gathers its weight as it runs."""
         raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")
 
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool) -> None:
+        """Task 3.4: with ``False``, the following backwards reduce no gradient: every rank sums its
+        unsharded weight grads (one fp32 buffer per unit, or per weight outside units: the full
+        model's grads, kept until the sync) and its replicated grads locally, and the shards' ``.grad``
+        stays as it was. With ``True`` (the default), the next backward reduces, in the same messages
+        as ever (one reduce-scatter per unit or weight, one all-reduce per replicated parameter), its
+        own grads plus everything summed since: the last microbatch of a step turns sync back on.
+
+        Raises ``TypeError`` if ``requires_gradient_sync`` is not a bool, before any communication."""
+        raise NotImplementedError("Task 3.4 (FSDP units and deferred sync): see handouts/03-zero.md §3.4")
+
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
         """The wrapped module's full state dict (same keys as ``module.state_dict()``, no ``module.``
         prefix), sharded weights all-gathered in fp32 (their storage dtype), on every rank. Every
-        rank must call it (it communicates)."""
+        rank must call it (it communicates). With ``units``, the keys are those of the module before
+        wrapping (``block.fc1.weight``, not ``block.flat_shard``)."""
         raise NotImplementedError("Task 3.3 (FSDP): see handouts/03-zero.md §3.3")
