@@ -18,7 +18,7 @@ the harness itself (tests/harness/replies.py: only plain data is rebuilt).
 
 In the hidden run (``--grading-redact``) a failure is reported as ``redacted`` text: the grader's own words,
 or the test's assertion message only when nothing in it came from a rank. Every string a rank sends back
-during a test is noted (``RankText``), and a message that quotes one, holds a piece of one, or has a traceback
+in the run is noted (``RankText``), and a message that quotes one, holds a piece of one, or has a traceback
 is replaced by a fixed line; paths are blanked. This holds whatever an oracle puts in its messages: an
 oracle that returns a rank's traceback and quotes it on failure (tests/oracles/ddp.py did) leaks nothing.
 """
@@ -88,29 +88,37 @@ class BudgetSpent(pytest.fail.Exception):
 
 
 class RankText:
-    """Every string the ranks sent back during the current test (their replies, rebuilt by the harness), to
-    tell a message the test computed from values from one that carries a rank's text."""
+    """Every string the ranks have sent back in this pytest process (their replies, rebuilt by the harness), to tell
+    a message the test computed from values from one that carries a rank's text. Kept for the whole process, not
+    per test: a fixture shared by several tests runs its ranks once."""
 
-    MAX_ITEMS, MAX_CHARS = 200_000, 4 << 20  # beyond these, every message of the test is withheld
+    MAX_NODES, MAX_CHARS = 1_000_000, 8 << 20  # a reply past these makes every later message withheld
 
     def __init__(self):
         self.names: set[str] = set()  # short name-like strings (parameter names, op names)
-        self.texts: list[str] = []  # every other string
-        self.items = self.chars = 0
-
-    def clear(self) -> None:
-        self.__init__()
+        self.texts: set[str] = set()  # every other string
+        self.chars = 0
+        self.overflow = False
+        self._joined: str | None = None
 
     def add(self, value) -> None:
-        todo = [value]
-        while todo and self.items < self.MAX_ITEMS:  # a loop, not recursion: a reply may nest deeply
+        todo, nodes = [value], 0
+        while todo:  # a loop, not recursion: a reply may nest deeply
+            nodes += 1
+            if nodes > self.MAX_NODES:
+                self.overflow = True
+                return
             v = todo.pop()
-            self.items += 1
             if isinstance(v, (bytes, bytearray)):
                 v = bytes(v).decode("utf-8", "replace")
             if isinstance(v, str):
-                self.chars += len(v)
-                (self.names.add if NAME.fullmatch(v) else self.texts.append)(v)
+                if NAME.fullmatch(v):
+                    self.names.add(v)
+                elif v not in self.texts:
+                    self.texts.add(v)
+                    self.chars += len(v)
+                    self._joined = None
+                    self.overflow |= self.chars > self.MAX_CHARS
             elif isinstance(v, dict):
                 todo += [*v.keys(), *v.values()]
             elif isinstance(v, (list, tuple, set, frozenset)):
@@ -120,12 +128,13 @@ class RankText:
 
     def found_in(self, message: str) -> bool:
         """Whether ``message`` quotes a rank's string, holds one, or holds ``PIECE`` characters of one."""
-        if self.items >= self.MAX_ITEMS or self.chars > self.MAX_CHARS:
+        if self.overflow:
             return True
         if any(repr(s) in message for s in self.names if s) or any(len(s) >= 4 and s in message for s in self.texts):
             return True
-        joined = "\0".join(self.texts)
-        return any(message[i : i + PIECE] in joined for i in range(len(message) - PIECE + 1))
+        if self._joined is None:
+            self._joined = "\0".join(self.texts)
+        return any(message[i : i + PIECE] in self._joined for i in range(len(message) - PIECE + 1))
 
 
 RANK_TEXT = RankText()
@@ -215,7 +224,6 @@ class GradingReporter:
 
     def pytest_runtest_logstart(self, nodeid: str, location) -> None:
         self.phases[nodeid] = {}
-        RANK_TEXT.clear()  # what the ranks send from now on belongs to this test
         self.channel.send("start", nodeid=nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

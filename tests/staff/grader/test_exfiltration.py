@@ -15,6 +15,7 @@ cannot read it (``--run-as``: handouts/grading.md, "Security").
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -191,6 +192,7 @@ def _failure(exc: BaseException) -> pytest.ExceptionInfo:
 def _seen(monkeypatch) -> RankText:
     """A RankText fed by the harness's reply loading, as in the hidden run; one reply: a rank's training history
     keyed by parameter name, with its traceback (tests/oracles/ddp.py's train_rank)."""
+    assert "load_reply(" in inspect.getsource(pool.WorkerPool._receive), "the pool no longer rebuilds replies there"
     seen = RankText()
     monkeypatch.setattr(pool, "load_reply", pool.load_reply)  # restored after the test
     plugin.watch_rank_replies(seen)
