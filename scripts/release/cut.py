@@ -8,8 +8,9 @@ The release is every file git knows here (tracked, or new and not ignored) excep
 listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
 tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``), this script, the stub generator,
 ``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
-``pyproject.toml`` loses the reference package; README sections between ``<!-- staff -->`` and
-``<!-- /staff -->`` are cut. Then the release is checked:
+Nothing below ``tests/staff/`` ships, listed there or not. ``pyproject.toml`` loses the reference package; staff-only
+text in a shipped file is cut: sections between ``<!-- staff -->`` and ``<!-- /staff -->`` in every markdown file,
+lines from ``# <staff>`` to ``# </staff>`` in Python, TOML and shell files. Then the release is checked:
 1. no staff file and no staff text: no line of the reference's code that the stubs do not share, no
    hidden test's name, no ``pytest.mark.staff``;
 2. a fresh install works: a new virtual environment (reusing this one's dependencies, not this
@@ -17,12 +18,17 @@ tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``)
 3. ``pytest tests/`` there: tests marked ``harness`` pass, and every other test fails cleanly with the
    stubs' ``NotImplementedError`` naming its handout section (scripts/release/check_stubs.py's judge).
 With ``--parts``, only those parts' stubs, tests, handouts, benchmarks and figures ship (other parts' modules
-that they build on ship as given code: scripts/grading/subset.py), and the check adds:
+that they build on ship as given code: scripts/grading/subset.py, their docstrings as given code's, ``given_voice``),
+and the check adds:
 4. the kit's tests pass on the kit solved: its given code, and the reference for its own parts (a package
    outside the release, on the test run's path only).
 Every release check also fails on what a student would trip on (``kit_problems``: a dead link, a named test,
-script or module the release lacks, a staff name, missing ground rules, build leftovers); ``--walk`` runs
-every command of the README and of each handout's first code block in the release's venv, as a newcomer.
+script or module the release lacks, missing ground rules, build leftovers) and on any shipped text file that
+names something of the staff's (``staff_names``: a staff-only path, module or file name, a hidden test's file,
+the mutants); and the checks must leave the release as written (every file and folder compared before and
+after: a ``--help`` that draws a figure, a cache a test run writes). ``--walk`` runs every command of the
+README (its code blocks and the commands its text names) and of each handout's first code block in the
+release's venv, as a newcomer, in a copy of the release.
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@
 The release cut (scripts/release/cut.py) writes the full release or a kit of some parts; its check
 ``kit_problems`` fails on what a student of that kit would trip on: a markdown link to a file the kit lacks, a
 test file, script or ``python -m`` module that the README or a handout names and the kit lacks, a staff-only
-name (``reference_solutions``, ``scripts/grading``, ``.ci/run``, ``grading.md``), §1.0's ground rules missing
-from a kit without Part 1, ``build/`` or ``*.egg-info`` left by the install. These tests write the full release
-and the kits CI builds (and the advanced 4 + 5 + 7 kit) and expect no problem, then plant each mistake once.
+name in any shipped text file (a staff path, module or file name such as ``reference_solutions``,
+``scripts.grading``, ``grading.md``, a hidden test's file, the mutants), §1.0's ground rules missing from a kit
+without Part 1, ``build/`` or ``*.egg-info`` left by the install. These tests write the full release and the
+kits CI builds (and the advanced 4 + 5 + 7 kit) and expect no problem, then plant each mistake once. Issue 43's
+and 44's kit promises follow: a kit's figures are its own parts', a check that leaves a file is caught, given
+modules read as given code.
 """
 
 from __future__ import annotations
