@@ -12,6 +12,7 @@ CS336_WORLD_SIZES, CS336_DEADLINE); the command line wins. Defaults: tests/harne
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import pytest
@@ -20,7 +21,10 @@ from tests.harness import defaults
 from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
 from tests.harness.run import gpu_shortfall
 
-_DEVICE_FAITHFUL_AT_START = defaults.env_device_faithful()  # the environment's, before any session sets it
+# The environment's word before any session sets it: "1" on, "0" off, None (unset) on with gloo, off with nccl.
+_DEVICE_FAITHFUL_AT_START = (
+    None if os.environ.get(defaults.ENV_DEVICE_FAITHFUL) is None else defaults.env_device_faithful()
+)
 
 pytest_plugins = ["tests.harness.trace_plugin"]  # --comm-trace: one Chrome trace per test
 
@@ -53,8 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
          f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
          {"type": float}),
         ("--device-faithful", _DEVICE_FAITHFUL_AT_START,
-         "ranks raise at any factory call without device= in implementation or test code: on NCCL it would make a "
-         "CPU tensor (tests/harness/device_faithful.py)", {"action": "store_true"}),
+         "on gloo, fail what NCCL would: a factory call without device= in implementation or test code, a CPU "
+         "tensor (nn.Linear's weight, a .cpu() copy) meeting the rank's, a job of more ranks than the largest "
+         "--world-sizes (tests/harness/device_faithful.py; default on with gloo, off with nccl; "
+         "--no-device-faithful or CS336_DEVICE_FAITHFUL=0 turns it off)", {"action": argparse.BooleanOptionalAction}),
         ("--p2p-matching", d.env_p2p_matching(),
          "tag-blind (default): send/recv follow NCCL's rule on gloo, tags ignored, and a receive matched with the "
          "wrong message fails naming both; tags: gloo's matching by tag (tests/harness/p2p_matching.py)",
@@ -76,7 +82,9 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[defaults.ENV_BACKEND] = CONFIG.backend
     # Read by the pool for each task (tests/harness/pool.py); set either way, for a pytest process that runs
     # several sessions (the staff suite server), where one session's option must not leak into the next.
-    os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1" if config.getoption("--device-faithful") else "0"
+    faithful = config.getoption("--device-faithful")
+    faithful = CONFIG.backend == "gloo" if faithful is None else faithful  # costs ~nothing: on by default on gloo
+    os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1" if faithful else "0"
     # The node a device-faithful run stands for has a GPU per rank of its largest world size: a job of more ranks
     # is skipped (tests/harness/run.py) or, started anyway, fails (tests/harness/stray_tensors.py).
     os.environ[ENV_DEVICE_FAITHFUL_GPUS] = str(max(_world_sizes(config), default=1))

@@ -316,7 +316,7 @@ MUTANTS = [
         old="buffer = torch.zeros(offsets[-1], dtype=params[0].dtype, device=params[0].device)",
         new="buffer = torch.zeros(offsets[-1], dtype=params[0].dtype)",
         caught_by=(
-            DDP(DDP_TRAIN, passes=True),  # gloo alone cannot tell: every tensor is on the CPU there
+            DDP(DDP_TRAIN, passes=True, options=("--no-device-faithful",)),  # plain gloo cannot tell: all on the CPU
             DDP(DDP_TRAIN, expect="implicit CPU allocation at", names=("ddp.py",), options=("--device-faithful",)),
         ),
     ),
