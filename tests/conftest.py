@@ -32,7 +32,7 @@ pytest_plugins = ["tests.harness.trace_plugin"]  # --comm-trace: one Chrome trac
 TASKS = {
     1: 7,  # collectives: broadcast, reduce, all_gather, reduce_scatter, all_reduce, all_to_all, algorithms
     2: 4,  # DDP: naive, flat, per-parameter overlap, bucketed
-    3: 3,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp)
+    3: 4,  # ZeRO: stage 1, stage 2 (sharded_optimizer), stage 3 (fsdp), FSDP units and deferred sync
     4: 5,  # TP: conjugate functions, column, row, MLP, sequence parallel
     5: 8,  # pipeline: stages, schedules, train_step, interleaved 1F1B, ZB-H1, checkpointing, ZB-V, DualPipeV
     6: 4,  # accounting: memory, communication and bubbles, FLOPs and MFU, activations
