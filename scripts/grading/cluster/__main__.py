@@ -95,9 +95,11 @@ def submit(args) -> int:
     store.root.mkdir(parents=True, exist_ok=True)
     store.save_config({"export": str(args.export.resolve()), "grader_args": grader_args, "options": options,
                        "grader_version": grader_version(grader_args)})  # fmt: skip
-    todo = [n for n in names if not store.done(n)]
+    busy = queued_names(store)  # a second submit into the same folder: what an earlier array still holds
+    todo = [n for n in names if not store.done(n) and n not in busy]
     if len(todo) < len(names):
-        print(f"{len(names) - len(todo)} submissions already graded by this grader version: not submitted again")
+        print(f"{len(names) - len(todo)} submissions already graded by this grader version, or still queued: "
+              "not submitted again")  # fmt: skip
     if not todo:
         return 0
     if args.array_parallelism:  # one task per submission, at most M at a time: a lost task loses one grade
@@ -111,10 +113,10 @@ def resubmit(args) -> int:
     store = Store(args.results)
     config = store.config
     names = [p.name for p in export_submissions(Path(config["export"]))]
-    busy = queued_names(store)
-    todo = [n for n in names if not store.done(n) and n not in busy]
-    print(f"{len(names) - len(todo) - len(busy & set(names))} graded, {len(busy)} queued or running (left to "
-          f"their tasks), {len(todo)} to resubmit")  # fmt: skip
+    busy, graded = queued_names(store), {n for n in names if store.done(n)}
+    waiting = [n for n in names if n in busy and n not in graded]
+    todo = [n for n in names if n not in busy and n not in graded]
+    print(f"{len(graded)} graded, {len(waiting)} queued or running (left to their tasks), {len(todo)} to resubmit")
     if todo:
         launch(store, todo, args.nodes, args.nodes, "resubmit")
     return 0

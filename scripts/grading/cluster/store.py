@@ -129,6 +129,9 @@ class Store:
         write_atomic(self.meta / "running" / f"{Path(name).stem}.json",
                      {"task": task, "host": os.uname().nodename, "started": time.strftime("%F %T")})  # fmt: skip
 
+    def unmark_running(self, name: str) -> None:
+        (self.meta / "running" / f"{Path(name).stem}.json").unlink(missing_ok=True)
+
     def scratch(self, name: str, task: str) -> Path:
         return self.meta / "work" / f"{Path(name).stem}.{task}"
 
@@ -143,6 +146,6 @@ class Store:
         write_atomic(self.meta / "done" / f"{stem}.json", {"submission": name, "fingerprint": fp, "grader": version,
                                                             "row": row, "task": task,
                                                             "finished": time.strftime("%F %T")})  # fmt: skip
-        (self.meta / "running" / f"{stem}.json").unlink(missing_ok=True)
+        self.unmark_running(name)
         with open(self.meta / "graded.log", "a") as f:  # one short append: whole lines even from several nodes
             f.write(f"{time.strftime('%F %T')} {task} {name} score={row.get('score')} {row.get('status')}\n")

@@ -72,7 +72,13 @@ class GradeShard(submitit.helpers.Checkpointable):
             fp = submission_fingerprint(export / name)  # before grading: what is graded is what is recorded
             store.mark_running(name, me)
             scratch = store.scratch(name, me)
-            results, row = grade_in_batch(export, name, scratch, grader_args)
+            try:
+                results, row = grade_in_batch(export, name, scratch, grader_args)
+            except RuntimeError as exc:  # the rest of the shard still gets graded; status shows this one pending
+                print(f"[cluster] {name}: {exc}", flush=True)
+                store.unmark_running(name)
+                outcome[name] = "no result"
+                continue
             store.record(name, results, row, me, version, fp)
             shutil.rmtree(scratch, ignore_errors=True)
             outcome[name] = f"graded: {row.get('score')} ({row.get('status')})"
