@@ -1,0 +1,114 @@
+"""Device-faithful mode's stray tensors and job sizes (tests/harness/stray_tensors.py): what NCCL fails, on gloo.
+
+    pytest tests/test_harness_device_faithful.py -v
+
+These tests never touch the implementation under test (marker ``harness``). Each turns the mode on for its own
+runs (the pool reads ``CS336_DEVICE_FAITHFUL`` per run), whatever the session's option.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tests.harness import RankFailure, run_ranks
+from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.defaults import ENV_DEVICE_FAITHFUL
+from tests.harness.run import gpu_shortfall
+
+pytestmark = [pytest.mark.harness, pytest.mark.world_sizes(2, reason="the checks are per rank: two ranks show them")]
+
+
+@pytest.fixture(autouse=True)
+def _faithful(monkeypatch):
+    if CONFIG.backend != "gloo":
+        pytest.skip("device-faithful mode stands in for NCCL on gloo; on NCCL the GPU itself judges")
+    monkeypatch.setenv(ENV_DEVICE_FAITHFUL, "1")
+
+
+def given_model_rank(ctx, moved: bool):
+    """The given MLP (cs336_systems/models.py makes its nn.Linear without device=), fed the rank's tensor."""
+    from cs336_systems.models import MLP
+
+    mlp = MLP(4, 8).to(ctx.device) if moved else MLP(4, 8)
+    return mlp(torch.randn(2, 4, device=ctx.device))
+
+
+def stray_buffer_rank(ctx):
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to(ctx.device)
+    model.add_module("late", nn.BatchNorm1d(4))  # added after the move: its buffers stay on the CPU under NCCL
+    torch.distributed.all_reduce(model.late.running_mean)
+
+
+def cpu_optimizer_state_rank(ctx):
+    model = nn.Linear(4, 4, device=ctx.device)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    x = torch.randn(2, 4, device=ctx.device)
+    for _ in range(2):
+        model(x).sum().backward()
+        opt.step()
+        for p in model.parameters():  # "save GPU memory": the state to the CPU, where the next step cannot use it
+            opt.state[p]["exp_avg"] = opt.state[p]["exp_avg"].cpu()
+
+
+def cpu_only_rank(ctx):
+    """Everything on the CPU on purpose (an oracle in a rank): nothing for NCCL to refuse."""
+    g = torch.Generator().manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 5), nn.LayerNorm(5))
+    x = torch.randn(2, 3, generator=g)
+    y = model(x).sum()
+    y.backward()
+    return y.detach().item(), model[0].weight.grad.cpu().sum().item()
+
+
+def big_job_rank(ctx, world_size: int):
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", world_size=world_size, rank=0, store=dist.HashStore())
+    except Exception as exc:  # noqa: BLE001 - judged in the parent
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def test_a_module_given_code_makes_on_the_cpu_fails_where_it_meets_the_rank_s_tensor(world_size):
+    """DeepMLP's failure on the GPU run: a given module built without device= and fed the rank's tensor fails,
+    naming the parameter and both lines (the given code's, the test's); moved with .to(ctx.device) it passes."""
+    with pytest.raises(RankFailure) as failure:
+        run_ranks(world_size, given_model_rank, False)
+    text = str(failure.value)
+    assert "StrayTensor" in text and "Linear.weight" in text, text
+    assert "cs336_systems/models.py:" in text and "test_harness_device_faithful.py:" in text, text
+    run_ranks(world_size, given_model_rank, True)
+
+
+def test_a_cpu_buffer_in_a_collective_fails_naming_it(world_size):
+    """A buffer torch made on the CPU (BatchNorm's running_mean, added after the move) in an all-reduce fails."""
+    with pytest.raises(RankFailure, match=r"ProcessGroup.allreduce: BatchNorm1d.running_mean"):
+        run_ranks(world_size, stray_buffer_rank)
+
+
+def test_optimizer_state_moved_to_the_cpu_fails_at_the_next_step(world_size):
+    """Optimizer state copied to the CPU (``.cpu()``) fails when the next step mixes it with the gradients."""
+    with pytest.raises(RankFailure, match=r"moved with \.cpu\(\).*cpu_optimizer_state_rank"):
+        run_ranks(world_size, cpu_optimizer_state_rank)
+
+
+def test_a_computation_kept_on_the_cpu_on_purpose_passes(world_size):
+    """A model, its input and its gradient all on the CPU (an oracle in a rank) mix nothing: no false alarm."""
+    outs = run_ranks(world_size, cpu_only_rank)
+    assert len(outs) == world_size
+
+
+def test_a_job_of_more_ranks_than_the_largest_world_size_fails_and_run_ranks_skips(world_size, monkeypatch):
+    """The node the mode stands for has a GPU per rank of the largest --world-sizes: a process group of more
+    ranks fails ("Duplicate GPU detected" on NCCL), and the one rule that skips such runs says how many it needs."""
+    got = run_ranks(world_size, big_job_rank, 99)  # the ranks stand for the session's node: at most 8 GPUs
+    assert all(g is not None and g.startswith("TooManyRanks") and "a job of 99 ranks" in g for g in got), got
+    monkeypatch.setenv(ENV_DEVICE_FAITHFUL_GPUS, "2")  # the parent's rule, for a node of 2
+    assert gpu_shortfall(3, "a job of 3 ranks") == (
+        "a job of 3 ranks needs 3 GPUs on nccl (one per rank), device-faithful mode stands for a node of 2 (the "
+        "largest --world-sizes)"
+    )
+    assert gpu_shortfall(2) is None
