@@ -1,9 +1,9 @@
 """The comm trace's per-axis summary (``python -m scripts.tools.trace FILE --summary TEXT``), as written problem 4
 of Part 11 reads it: a region labelled with its mesh, each call counted on the axis it travels along.
 
-    pytest tests/test_trace_summary.py
+    pytest tests/staff/test_trace_summary.py
 
-These test the harness's trace tooling (tests/harness/trace.py, scripts/tools/trace.py), not the student package.
+Staff-only: it tests the kit's trace tooling (tests/harness/trace.py, scripts/tools/trace.py), not the student package.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from scripts.tools.trace import rows_of, summary
 from tests.harness import trace
 from tests.harness.recorder import CommEvent
 
-pytestmark = pytest.mark.harness
+pytestmark = pytest.mark.staff
 
 # A dp2 x tp2 mesh, row-major: rank 0 is (dp 0, tp 0), rank 1 (0, 1), rank 2 (1, 0), rank 3 (1, 1).
 LABEL = "mesh dp=2,pp=1,cp=1,tp=2 ddp step 0"
