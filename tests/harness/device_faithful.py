@@ -3,16 +3,21 @@
 Under NCCL every rank works on ``cuda:local_rank``, yet ``torch.zeros(n)`` (any factory call without
 ``device=``) still makes a CPU tensor: all-reducing it fails ("No backend type associated with device type
 cpu"), adding it to a CUDA tensor fails, feeding it to a model on the GPU fails. On gloo the same code passes,
-because everything is on the CPU. With ``--device-faithful`` (or ``CS336_DEVICE_FAITHFUL=1``) each rank runs
-its test function under :class:`DeviceFaithfulMode`, which raises :class:`ImplicitDeviceAllocation` at any
+because everything is on the CPU. On gloo (the default there; ``--no-device-faithful`` or ``CS336_DEVICE_FAITHFUL=0``
+turns it off, ``--device-faithful`` turns it on under NCCL too) each rank runs its test function under
+:class:`DeviceFaithfulMode`, which raises :class:`ImplicitDeviceAllocation` at any
 factory call without ``device=`` made from the implementation under test, from the given package
 (``cs336_systems``) or from the tests' own rank code (``tests/``), naming the call site. Calls from inside
-torch (``nn.Linear``'s parameters, optimizer state) are left alone: the caller moves them with ``.to``.
+torch (``nn.Linear``'s parameters, optimizer state) are the caller's to move with ``.to``: their tensors are
+followed instead (tests/harness/stray_tensors.py), and fail, naming where they were made, where NCCL would fail
+them: meeting the rank's tensors in an op, or sent in a collective. So does a job of more ranks than the node the
+run stands for (the largest ``--world-sizes``).
 
 What passes: ``device=x.device`` (or ``ctx.device``), ``torch.zeros_like(x)``, ``x.new_zeros(n)``, an explicit
 ``device="cpu"`` where a CPU tensor is really meant (bookkeeping never sent nor mixed with the inputs, a CPU-side
 oracle), a draw from an explicit ``generator=`` (its device decides: data drawn on the CPU, then moved): the
-keyword states the intent, and the mode takes it at its word. And the constructor of an ``nn.Module`` given only
+keyword states the intent, and the mode takes it at its word at the call (the CPU tensors are then followed as
+torch's are: moved before they meet the rank's, they pass). And the constructor of an ``nn.Module`` given only
 sizes (no module, no tensor) may make its parameters on the CPU, as ``nn.Linear`` does: the caller moves them.
 
 ``CS336_DEVICE_FAITHFUL_LOG=FILE`` (with the mode on) appends each site to FILE instead of raising: every
