@@ -54,7 +54,7 @@ def test_a_submission_hunting_for_hidden_tests_leaks_nothing_into_the_results(bu
 
 
 # -- the reported attack and three more, from a submission's ddp.py in the hidden run ------------------------
-# Each variant of the hidden DDP test (world size 3: the attacks stay quiet at the public tests' sizes) meets one:
+# Each variant of the hidden DDP test (the attacks stay quiet in the public run's sandbox) meets one:
 # "naive" raises a RuntimeError holding the names of the *hidden*.py files it finds and the first 400 characters
 # of one (the reported attack; the oracle returns a failing rank's traceback, and used to quote it); "flat"
 # prints them and exits (stdout); "individual" writes them into the files the grader reads back (the run's pytest
@@ -84,7 +84,7 @@ def _loot(attack: str) -> str:
 
 
 def _hidden_run() -> bool:
-    return dist.get_world_size() == 3
+    return _os.path.basename(_os.path.dirname(_os.getcwd())) == "hidden"  # the grade's hidden/sandbox
 
 
 _all_reduce_gradients, _all_reduce_gradients_flat = all_reduce_gradients, all_reduce_gradients_flat
@@ -134,6 +134,7 @@ class DDPBucketed(DDPBucketed):
         super().finish_gradient_synchronization()
 """
 )
+# Graded at world size 3, the hidden test's own (device-faithful mode skips a size past the largest --world-sizes).
 LEAK_SELECT = "five_adamw_steps_on_three_ranks or (sgd_steps_match and naive and toy)"
 HIDDEN_DDP = "test_five_adamw_steps_on_three_ranks_match_one_process (hidden test)"
 PUBLIC_DDP = "test_sgd_steps_match_one_process_on_the_whole_batch"
@@ -147,7 +148,7 @@ def test_what_a_submission_puts_in_a_hidden_failure_never_reaches_the_results(tm
     part 2 holds part 2's hidden tests only (what the attacks found)."""
     LEAK_FOUND.unlink(missing_ok=True)
     graded = grade(tmp_path, {"ddp": HOSTILE_DDP.replace("@LEAK_FOUND@", str(LEAK_FOUND))}, parts="ddp",
-                   select=LEAK_SELECT, deadline=30, test_timeout=120, timeout=300,
+                   select=LEAK_SELECT, world_sizes="3", deadline=30, test_timeout=120, timeout=300,
                    extra=("--staff-log", str(tmp_path / "staff.log")))  # fmt: skip
     found = LEAK_FOUND.read_text() if LEAK_FOUND.exists() else ""
     LEAK_FOUND.unlink(missing_ok=True)
