@@ -197,10 +197,10 @@ class _Unit:
 
     def __init__(self, module: nn.Module, layers: list[nn.Module], group, compute_dtype, sync: _Sync) -> None:
         self.module, self.layers, self.sync = module, layers, sync
-        self.weights = list(dict.fromkeys(layer.weight for layer in layers))  # tied within a unit: once
-        self.shapes = [w.shape for w in self.weights]
+        weights = list(dict.fromkeys(layer.weight for layer in layers))  # tied within a unit: once; not kept
+        self.shapes = [w.shape for w in weights]
         self.offsets = [0]
-        for w in self.weights:
+        for w in weights:
             self.offsets.append(self.offsets[-1] + w.numel())
         self.total = self.offsets[-1]
         self.group, self.compute_dtype = group, compute_dtype
@@ -208,13 +208,13 @@ class _Unit:
         self.chunk = -(-self.total // self.world)
         self.pending: torch.Tensor | None = None  # (N * chunk,) grads summed while sync is off
         with torch.no_grad():
-            flat = torch.zeros(self.world * self.chunk, dtype=self.weights[0].dtype, device=self.weights[0].device)
-            torch.cat([w.detach().reshape(-1) for w in self.weights], out=flat[: self.total])
+            flat = torch.zeros(self.world * self.chunk, dtype=weights[0].dtype, device=weights[0].device)
+            torch.cat([w.detach().reshape(-1) for w in weights], out=flat[: self.total])
             shard = flat[self.rank * self.chunk : (self.rank + 1) * self.chunk].clone()  # (chunk,)
         self.flat_shard = nn.Parameter(shard)
         self.dtype = compute_dtype or shard.dtype
         self.storage = torch.empty(0, dtype=self.dtype, device=shard.device).untyped_storage()
-        slot = {id(w): i for i, w in enumerate(self.weights)}
+        slot = {id(w): i for i, w in enumerate(weights)}
         self.index = [slot[id(layer.weight)] for layer in layers]  # layer -> which weight it uses
 
     def full(self) -> torch.Tensor:
