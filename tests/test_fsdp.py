@@ -2,6 +2,7 @@
 
     pytest tests/test_fsdp.py                  # your implementation
     pytest tests/test_fsdp.py -m task3_3
+    pytest tests/test_fsdp.py -m task3_4      # units and deferred gradient sync (§3.4)
 
 Ranks train with FSDP and send back losses, gathered parameters, the bytes the wrapper holds and
 the communication of each step; the parent trains a plain model on the averaged grads (the oracle)
@@ -24,11 +25,14 @@ from tests.oracles.fsdp import (
     FSDP_LR,
     FSDP_OPTIMIZERS,
     FSDP_STEPS,
+    UNITS,
     check_fsdp_groups,
+    check_units_training,
     fsdp_batch,
     fsdp_group_train_rank,
     fsdp_oracle,
     make_fsdp_model,
+    units_train_rank,
 )
 
 # bfloat16 keeps 8 bits of mantissa: losses and parameters are compared to the fp32 oracle with the
@@ -287,6 +291,140 @@ def test_fsdp_gathers_each_layer_just_before_it_runs_and_reduce_scatters_its_gra
         )
 
 
+# -- Task 3.4: units and deferred gradient sync ------------------------------------------------------
+
+
+@pytest.mark.task3_4
+@pytest.mark.parametrize(
+    "name, num_microbatches",
+    [("deep_mlp", 1), ("deep_mlp", 3), ("tied", 2), ("embedding", 2)],
+)
+def test_fsdp_units_with_deferred_sync_match_one_process_on_every_microbatch(world_size, name, num_microbatches):
+    """FSDP with units, gradient sync off for all but the last microbatch, trains like one process on every batch.
+
+    Each rank runs M microbatches per step (loss / M each), sync on only for the last, then SGD (whose step
+    shows a grad summed instead of averaged, or left out): losses and gathered full parameters, keyed as the
+    module was before wrapping, equal a plain model's on the mean grad over every rank's microbatches. The
+    tied model's flat buffer (1350 elements) is padded at world sizes 4, 7 and 8."""
+    outs = run_ranks(world_size, units_train_rank, name, num_microbatches)
+    check_units_training(outs, name, num_microbatches)
+
+
+def units_comm_rank(ctx, num_microbatches: int):
+    """DeepMLP's blocks as units, sync on the last microbatch only; each microbatch's calls, recorded apart."""
+    fsdp_mod = ctx.load("fsdp")
+    model = make_fsdp_model("deep_mlp").to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=UNITS["deep_mlp"](model))
+    per_microbatch = []
+    for m in range(num_microbatches):
+        fsdp.set_requires_gradient_sync(m == num_microbatches - 1)
+        x, y = (t.to(ctx.device) for t in fsdp_batch("deep_mlp", 0, m))
+        with CommRecorder() as rec:
+            torch.nn.functional.mse_loss(fsdp(x), y).backward()
+        per_microbatch.append(rec.events)
+    return per_microbatch
+
+
+@pytest.mark.task3_4
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
+def test_fsdp_units_gather_once_per_unit_and_reduce_scatter_once_per_step(world_size):
+    """Each unit all-gathers once before its forward and once before its backward, every microbatch, and
+    reduce-scatters its whole flat grad once per step, on the microbatch that syncs.
+
+    DeepMLP(2 blocks) with units = the two blocks (the head outside: one layer as in §3.3), 3 microbatches. A
+    block's flat buffer is its two Linear weights, T elements, so each gather moves ceil(T/N) and each
+    reduce-scatter N·ceil(T/N) elements, over the FSDP group. The first two microbatches reduce nothing (no
+    reduce-scatter, no all-reduce of the replicated biases and norms); the last reduces everything, once."""
+    model = make_fsdp_model("deep_mlp")
+    block = sum(m.weight.numel() for m in model[0].modules() if isinstance(m, torch.nn.Linear))
+    unit, head = -(-block // world_size), -(-model[2].weight.numel() // world_size)
+    replicated = len([p for m in model.modules() for p in m.parameters(recurse=False)
+                      if not (isinstance(m, torch.nn.Linear) and p is m.weight)])  # fmt: skip
+    group = tuple(range(world_size))
+    for rank, per_microbatch in enumerate(run_ranks(world_size, units_comm_rank, 3)):
+        for m, events in enumerate(per_microbatch):
+            where = f"rank {rank}, microbatch {m} of 3 (sync {'on' if m == 2 else 'off'})"
+            log = f"\n{where}'s calls:\n{format_events(events, limit=60)}"
+            ops = calls(events)
+            forward = [e.numel for e in ops if "gather" in e.op and not e.in_backward]
+            backward = [e.numel for e in ops if "gather" in e.op and e.in_backward]
+            scattered = [e.numel for e in ops if "reduce_scatter" in e.op]
+            reduced = [e.numel for e in ops if "all_reduce" in e.op or "allreduce" in e.op]
+            assert forward == [unit, unit, head], (
+                f"{where}: forward all-gathered {forward} elements; expected one gather per unit (each block's "
+                f"flat buffer: {unit} = ceil({block}/{world_size})) and one for the head: {[unit, unit, head]}{log}"
+            )
+            assert backward == [head, unit, unit], (
+                f"{where}: backward all-gathered {backward} elements; expected the head, then each unit once "
+                f"again in reverse order: {[head, unit, unit]}{log}"
+            )
+            want = [world_size * head, world_size * unit, world_size * unit] if m == 2 else []
+            assert scattered == want, (
+                f"{where}: reduce-scattered {scattered} elements; expected {want or 'nothing'}: "
+                + ("one reduce-scatter of each unit's whole flat grad (and the head's), on the microbatch that "
+                   "syncs, carrying the sum of every microbatch" if m == 2 else
+                   "with gradient sync off, grads are summed locally, not reduced")
+                + log
+            )  # fmt: skip
+            assert len(reduced) == (replicated if m == 2 else 0), (
+                f"{where}: {len(reduced)} all-reduces; expected {replicated if m == 2 else 0} (one per replicated "
+                f"parameter, on the microbatch that syncs only){log}"
+            )
+            others = [e for e in ops if e.group_ranks != group]
+            assert not others, f"{where}: calls outside the FSDP group {group}{log}"
+
+
+def units_memory_rank(ctx):
+    """WIDE DeepMLP, its blocks as units, one step: the bytes of the tensors autograd saved for backward as
+    they stand after forward (a view of a freed buffer holds 0), and the bytes reachable from FSDP."""
+    fsdp_mod = ctx.load("fsdp")
+    torch.manual_seed(0)
+    model = DeepMLP(*WIDE).to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=[model[0], model[1]])
+    params = {p.untyped_storage().data_ptr() for p in fsdp.parameters()}
+    x, y = (t.to(ctx.device) for t in random_batch(2, WIDE[1], WIDE[1], seed=ctx.rank))
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = torch.nn.functional.mse_loss(fsdp(x), y)
+    held = [t.untyped_storage().nbytes() for t in saved if t.untyped_storage().data_ptr() not in params]
+    out = {"saved after forward": max(held, default=0), "after forward": storage_bytes(fsdp, set())}
+    saved.clear()  # the views hold nothing now; let backward free its graph as usual
+    loss.backward()
+    out["after backward"] = storage_bytes(fsdp, set())
+    return out
+
+
+@pytest.mark.task3_4
+def test_fsdp_units_free_their_gathered_buffer_after_forward(world_size):
+    """A unit's gathered flat buffer is freed when its forward returns, though autograd saved views of it.
+
+    With a unit, the layers' weights are views of one gathered buffer and autograd saves them for backward;
+    the buffer must give back its memory when the unit's forward returns (resize its storage to 0 and refill
+    it before backward, or save none of it) and after backward: the tensors autograd saved hold less than
+    the smallest weight, and FSDP holds at most its shards, replicated parameters and their grads."""
+    model = DeepMLP(*WIDE)
+    weights = [m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    replicated = sum(p.numel() for p in model.parameters()) - sum(weights)
+    blocks = [sum(m.weight.numel() for m in b.modules() if isinstance(m, torch.nn.Linear)) for b in (model[0], model[1])]
+    shards = 4 * (sum(-(-n // world_size) for n in [*blocks, weights[-1]]) + replicated)
+    for rank, out in enumerate(run_ranks(world_size, units_memory_rank, deadline=60)):
+        assert out["saved after forward"] < 4 * min(weights), (
+            f"rank {rank}: after forward, a tensor autograd saved for backward holds {out['saved after forward']} "
+            f"bytes (smallest full weight: {4 * min(weights)}): the unit's gathered buffer outlived its forward"
+        )
+        for when, copies in (("after forward", 1), ("after backward", 2)):
+            assert out[when] <= copies * shards + 1024, (
+                f"rank {rank}, {when}: FSDP holds {out[when]} bytes; shards, replicated parameters and their "
+                f"grads need at most {copies * shards + 1024} at world size {world_size}. Something keeps a "
+                "gathered buffer"
+            )
+
+
 # -- bad input ----------------------------------------------------------------------------------------
 
 BAD_INPUT = [
@@ -296,6 +434,19 @@ BAD_INPUT = [
     BadInput("integer-compute_dtype",
              lambda F, ctx: F.FSDP(make_fsdp_model("deep_mlp").to(ctx.device), compute_dtype=torch.int64),
              "TypeError", names="compute_dtype", task="task3_3"),
+    BadInput("units-a-module-not-a-list",
+             lambda F, ctx: F.FSDP((m := make_fsdp_model("deep_mlp").to(ctx.device)), units=m[0]),
+             "TypeError", names="units", task="task3_4"),
+    BadInput("units-not-a-submodule",
+             lambda F, ctx: F.FSDP(make_fsdp_model("deep_mlp").to(ctx.device), units=[torch.nn.Linear(2, 2)]),
+             "ValueError", names="units", task="task3_4"),
+    BadInput("units-one-inside-another",
+             lambda F, ctx: F.FSDP((m := make_fsdp_model("deep_mlp").to(ctx.device)), units=[m, m[0]]),
+             "ValueError", names="units", task="task3_4"),
+    BadInput("requires_gradient_sync-not-a-bool",
+             lambda F, fsdp: fsdp.set_requires_gradient_sync(0),
+             "TypeError", names="requires_gradient_sync", task="task3_4",
+             arrange=lambda F, ctx: F.FSDP(make_fsdp_model("deep_mlp").to(ctx.device))),
 ]  # fmt: skip
 
 

@@ -108,3 +108,83 @@ def check_fsdp_groups(outs, groups: list[list[int]], name: str, opt_name: str) -
                 assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss")
                 for key, value in expected["state"].items():
                     assert_close(outs[r][step]["state"][key], value, what=f"{where}: {key} after the step")
+
+
+# -- Task 3.4: units and deferred gradient sync -------------------------------------------------------
+
+# name -> the units FSDP is given (submodules of make_fsdp_model(name)); the tied model's one unit holds
+# 1350 weight elements, so its flat buffer is padded at world sizes 4, 7 and 8.
+UNITS = {
+    "deep_mlp": lambda model: [model[0], model[1]],  # the two residual blocks; the head stays per layer
+    "tied": lambda model: [model],  # the tied weight inside one unit; the frozen parameter stays out
+    "embedding": lambda model: [model],  # Embedding and Linear weights in one flat buffer
+}
+
+
+def microbatch_oracle(name: str, ranks: list[int], num_microbatches: int):
+    """Per step: each of ``ranks``' loss (mean over its microbatches) and the state dict after one SGD step on
+    the mean grad over their microbatches; rank r's microbatch m is ``fsdp_batch(name, step, r·M + m)``."""
+    world_size = len(ranks)
+    model = make_fsdp_model(name)
+    cls, kwargs = FSDP_OPTIMIZERS["sgd"]  # SGD: a grad summed over microbatches instead of averaged shows
+    opt = cls([p for p in model.parameters() if p.requires_grad], **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        opt.zero_grad()
+        losses = []
+        for rank in ranks:
+            loss = 0
+            for m in range(num_microbatches):
+                x, y = fsdp_batch(name, step, rank * num_microbatches + m)
+                part = torch.nn.functional.mse_loss(model(x), y) / num_microbatches
+                (part / world_size).backward()
+                loss += part.detach()
+            losses.append(loss)
+        opt.step()
+        history.append({"losses": losses, "state": {k: v.clone() for k, v in model.state_dict().items()}})
+    return history
+
+
+def units_train_rank(ctx, name: str, num_microbatches: int, compute_dtype=None, groups=None):
+    """FSDP with ``UNITS[name]``, SGD, gradient sync off for all but the last microbatch of each step; per step
+    the loss (mean over microbatches) and the gathered full state dict. ``groups``: as fsdp_group_train_rank."""
+    fsdp_mod = ctx.load("fsdp")
+    group = None
+    if groups is not None:
+        made = [torch.distributed.new_group(g) for g in groups]
+        group = next(pg for pg, g in zip(made, groups) if ctx.rank in g)
+    model = make_fsdp_model(name).to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=UNITS[name](model), compute_dtype=compute_dtype, group=group)
+    cls, kwargs = FSDP_OPTIMIZERS["sgd"]
+    opt = cls(fsdp.parameters(), **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        loss = 0
+        for m in range(num_microbatches):
+            fsdp.set_requires_gradient_sync(m == num_microbatches - 1)
+            x, y = (t.to(ctx.device) for t in fsdp_batch(name, step, ctx.rank * num_microbatches + m))
+            part = torch.nn.functional.mse_loss(fsdp(x), y) / num_microbatches
+            part.backward()
+            loss += part.detach()
+        opt.step()
+        opt.zero_grad()
+        history.append({"loss": loss, "state": fsdp.gather_full_params()})
+    return history
+
+
+def check_units_training(outs, name: str, num_microbatches: int, groups=None, **tol) -> None:
+    """Every rank (of each group) matches ``microbatch_oracle`` over its group, every step, loss and state."""
+    from tests.harness import assert_close
+
+    for members in groups or [list(range(len(outs)))]:
+        oracle = microbatch_oracle(name, members, num_microbatches)
+        for step, expected in enumerate(oracle):
+            for i, r in enumerate(members):
+                where = f"rank {r} of {members}, {name}, {num_microbatches} microbatches, step {step}"
+                assert list(outs[r][step]["state"]) == list(expected["state"]), (
+                    f"{where}: gather_full_params() keys {list(outs[r][step]['state'])} != the module's state_dict "
+                    f"keys before wrapping {list(expected['state'])}"
+                )
+                assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss", **tol)
+                for key, value in expected["state"].items():
+                    assert_close(outs[r][step]["state"][key], value, what=f"{where}: {key} after the step", **tol)
