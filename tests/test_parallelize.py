@@ -95,6 +95,17 @@ def test_composed_meshes_train_like_one_process(world_size):
     _train_meshes(world_size, "task11_3")
 
 
+@pytest.mark.task11_3
+@pytest.mark.world_sizes(1, 2)
+def test_an_odd_sequence_trains_without_cp(world_size):
+    """Without CP (cp = 1) zigzag asks nothing of the sequence: 15 tokens train on dp (zigzag=True, the default)."""
+    shape = {"dp": world_size}
+    data = batches(DENSE, steps=1, batch=2 * world_size, seq=15)
+    losses, state = dense_training(DENSE, data)
+    outs = run_ranks(world_size, training_rank, shape, DENSE, data, {})
+    check_training(outs, shape, losses, state, f"mesh dp{world_size} on sequences of 15 tokens (cp = 1)")
+
+
 def kind(event) -> str:
     """all_reduce / all_gather / reduce_scatter / ... whatever API spelled the call."""
     op = event.op.lower().replace("_", "").removeprefix("pg.")

@@ -352,4 +352,12 @@ MUTANTS = [
             deadline=30,
         ),
     ),
+    Mutant(
+        "parallelize_zigzag_rule_at_cp1",
+        "parallelize",
+        "the trainer keeps zigzag on at cp = 1, so it demands a sequence divisible by 2 where no ring runs",
+        old="self.zigzag = bool(zigzag) and self.cp > 1\n        groups = ",
+        new="self.zigzag = bool(zigzag)\n        groups = ",
+        caught_by=P11("odd_sequence", "must be divisible", world_sizes="1"),
+    ),
 ]
