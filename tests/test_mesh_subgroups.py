@@ -36,13 +36,15 @@ def _members(rank: int) -> list[int]:
     return next(ranks for ranks in GROUPS if rank in ranks)
 
 
-def _x(rank: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(100 + rank))
+# Data and models are drawn on the CPU, so the parent's oracle draws the same values; a rank moves them to its
+# device (under NCCL, cuda:rank: a CPU model or input there fails).
+def _x(rank: int, *shape: int, device: torch.device | None = None) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(100 + rank)).to(device)
 
 
-def _toy(seed: int) -> ToyModel:
+def _toy(seed: int, device: torch.device | None = None) -> ToyModel:
     torch.manual_seed(seed)
-    return ToyModel()
+    return ToyModel().to(device)
 
 
 def _loss(model, x: torch.Tensor) -> torch.Tensor:
@@ -76,14 +78,14 @@ def ddp_rank(ctx, kind):
     D = ctx.load("ddp")
     ranks, group = _my_group(ctx)
     wrapper = kind in ("individual", "bucketed")
-    model = _toy(ctx.rank if wrapper else 0)  # wrappers must replace these by the group's first rank's
+    model = _toy(ctx.rank if wrapper else 0, ctx.device)  # wrappers must replace these by the group's first rank's
     with CommRecorder() as rec:
         if kind == "individual":
             ddp = D.DDPIndividualParameters(model, group=group)
         elif kind == "bucketed":
             ddp = D.DDPBucketed(model, 0.0005, group=group)
         params = {n: p.detach().clone() for n, p in model.named_parameters()}
-        _loss(ddp if wrapper else model, _x(ctx.rank, 4, 10)).backward()
+        _loss(ddp if wrapper else model, _x(ctx.rank, 4, 10, device=ctx.device)).backward()
         if wrapper:
             ddp.finish_gradient_synchronization()
         else:
@@ -119,7 +121,7 @@ def test_ddp_on_a_subgroup_broadcasts_from_its_first_rank_and_averages_over_its_
 
 def zero_rank(ctx, kind):
     ranks, group = _my_group(ctx)
-    model = _toy(ctx.rank if kind == "fsdp" else 0)
+    model = _toy(ctx.rank if kind == "fsdp" else 0, ctx.device)
     with CommRecorder() as rec:
         if kind == "fsdp":
             wrapped = ctx.load("fsdp").FSDP(model, group=group)
@@ -129,7 +131,7 @@ def zero_rank(ctx, kind):
             opt = ctx.load("sharded_optimizer").ShardedOptimizer(
                 model.parameters(), torch.optim.SGD, shard_gradients=kind == "stage2", group=group, lr=0.1
             )
-        _loss(wrapped, _x(ctx.rank, 4, 10)).backward()
+        _loss(wrapped, _x(ctx.rank, 4, 10, device=ctx.device)).backward()
         if kind == "stage1":  # stage 1 expects averaged grads: average them here, on the group
             for p in model.parameters():
                 if p.grad is not None:
@@ -174,10 +176,10 @@ TP_FUNCTIONS = {  # name -> (task marker, input shape)
 
 def tp_function_rank(ctx, name):
     ranks, group = _my_group(ctx)
-    x = _x(ctx.rank, *TP_FUNCTIONS[name][1]).requires_grad_()
+    x = _x(ctx.rank, *TP_FUNCTIONS[name][1], device=ctx.device).requires_grad_()
     with CommRecorder() as rec:
         y = getattr(ctx.load("tensor_parallel"), name)(x, group=group)
-        upstream = _x(50 + ctx.rank, *y.shape)
+        upstream = _x(50 + ctx.rank, *y.shape, device=ctx.device)
         (y * upstream).sum().backward()
     return {"y": y.detach(), "grad": x.grad, "events": rec.events}
 
@@ -221,23 +223,24 @@ def test_tp_functions_on_a_subgroup_combine_only_the_groups_members(world_size, 
 TP_MODULES = {"column": "task4_2", "row": "task4_3", "mlp": "task4_4", "mlp-sp": "task4_5"}
 
 
-def _dense(kind: str) -> nn.Module:
+def _dense(kind: str, device: torch.device | None = None) -> nn.Module:
     torch.manual_seed(0)
-    return MLP(6, 8) if kind.startswith("mlp") else nn.Linear(6, 8)
+    return (MLP(6, 8) if kind.startswith("mlp") else nn.Linear(6, 8)).to(device)
 
 
 def tp_module_rank(ctx, kind):
     T = ctx.load("tensor_parallel")
     ranks, group = _my_group(ctx)
     me = ranks.index(ctx.rank)
-    x = _x(ranks[0], 4, 6).requires_grad_()  # the group's input, replicated on its members
+    x = _x(ranks[0], 4, 6, device=ctx.device).requires_grad_()  # the group's input, replicated on its members
     with CommRecorder() as rec:
         if kind == "column":
-            layer = T.ColumnParallelLinear.from_dense(_dense(kind), group=group, gather_output=True)
+            layer = T.ColumnParallelLinear.from_dense(_dense(kind, ctx.device), group=group, gather_output=True)
         elif kind == "row":
-            layer = T.RowParallelLinear.from_dense(_dense(kind), group=group, input_is_parallel=False)
+            layer = T.RowParallelLinear.from_dense(_dense(kind, ctx.device), group=group, input_is_parallel=False)
         else:
-            layer = T.TensorParallelMLP.from_dense(_dense(kind), group=group, sequence_parallel=kind == "mlp-sp")
+            layer = T.TensorParallelMLP.from_dense(_dense(kind, ctx.device), group=group,
+                                                   sequence_parallel=kind == "mlp-sp")  # fmt: skip
         inp = x.chunk(2, 0)[me] if kind == "mlp-sp" else x
         y = layer(inp)
         y.square().sum().backward()
@@ -267,17 +270,17 @@ def test_tp_modules_on_a_subgroup_match_the_dense_layer(world_size, kind):
 # ---------------------------------------------------------------------------------------------
 
 
-def _deep() -> DeepMLP:
+def _deep(device: torch.device | None = None) -> DeepMLP:
     torch.manual_seed(0)
-    return DeepMLP(3, 6, 8)
+    return DeepMLP(3, 6, 8).to(device)
 
 
 def pipeline_rank(ctx):
     P = ctx.load("pipeline")
     ranks, group = _my_group(ctx)
     stage = ranks.index(ctx.rank)
-    module = P.split_into_stages(_deep(), 2)[stage]
-    x, y = _x(ranks[0], 4, 6), _x(10 + ranks[0], 4, 6)
+    module = P.split_into_stages(_deep(ctx.device), 2)[stage]
+    x, y = _x(ranks[0], 4, 6, device=ctx.device), _x(10 + ranks[0], 4, 6, device=ctx.device)
     with CommRecorder() as rec:
         loss = P.PipelineStage(module, stage, 2, nn.MSELoss(), group=group).train_step(x, y, 2)
     return {"loss": loss, "grads": {n: p.grad for n, p in module.named_parameters()}, "events": rec.events}
