@@ -247,9 +247,9 @@ class _Unit:
             return None
         if self.world == 1:
             return flat
-        chunk = torch.empty(self.chunk, dtype=shard.dtype, device=shard.device)
-        _reduce_scatter_tensor(chunk, flat, group=self.group)  # one message for the whole unit
-        return chunk.div_(self.world)
+        mine = torch.empty(self.chunk, dtype=shard.dtype, device=shard.device)
+        _reduce_scatter_tensor(mine, flat, group=self.group)  # one message for the whole unit
+        return mine.div_(self.world)
 
 
 class _GatherUnit(torch.autograd.Function):
