@@ -493,8 +493,8 @@ MUTANTS = [
         "fsdp_ignores_compute_dtype",
         "fsdp",
         "FSDP accepts compute_dtype but computes in fp32 anyway",
-        old="info = _Shard(weight.shape, group, compute_dtype)",
-        new="info = _Shard(weight.shape, group, None)",
+        old="info = _Shard(weight.shape, group, compute_dtype, self._sync)",
+        new="info = _Shard(weight.shape, group, None, self._sync)",
         caught_by=FSDP("fsdp_training and bf16", "matmuls ran in ['float32']"),
     ),
     Mutant(
@@ -590,6 +590,75 @@ MUTANTS = [
                 world_sizes="4",
             ),
         ),
+    ),
+    Mutant(
+        "fsdp_units_sync_drops_earlier_microbatches",
+        "fsdp",
+        "FSDP with deferred sync reduces only the last microbatch's grads: what earlier microbatches summed "
+        "locally is thrown away when sync comes back on",
+        old="full, owner.pending = full.add_(owner.pending), None",
+        new="owner.pending = None  # Bug: the sum of the earlier microbatches dropped",
+        caught_by=FSDP("units_with_deferred_sync and deep_mlp-3", "3 microbatches, step 0: "),
+    ),
+    Mutant(
+        "fsdp_units_reduce_every_microbatch",
+        "fsdp",
+        "FSDP ignores set_requires_gradient_sync(False) for sharded weights: it reduce-scatters every "
+        "microbatch (same values, a reduce-scatter per unit per microbatch)",
+        old="    if not owner.sync.enabled:",
+        new="    if False:  # Bug: the sync flag never consulted",
+        caught_by=FSDP("units_gather_once", "with gradient sync off, grads are summed locally"),
+    ),
+    Mutant(
+        "fsdp_units_replicated_all_reduce_every_microbatch",
+        "fsdp",
+        "FSDP defers the units' reduce-scatters but all-reduces the replicated grads (biases, norms) every microbatch",
+        old="        if not self._sync.enabled:  # p.grad keeps summing; the microbatch that syncs reduces the sum",
+        new="        if False:  # Bug: replicated grads reduced every microbatch",
+        caught_by=FSDP("units_gather_once", "on the microbatch that syncs only"),
+    ),
+    Mutant(
+        "fsdp_units_grad_not_averaged",
+        "fsdp",
+        "a unit's reduce-scattered flat grad is the sum over ranks, not the mean",
+        old="return mine.div_(self.world)",
+        new="return mine  # Bug: not divided by the group's size",
+        caught_by=FSDP("units_with_deferred_sync and deep_mlp-1", "1 microbatches, step 0: "),
+    ),
+    Mutant(
+        "fsdp_units_padding_first",
+        "fsdp",
+        "a unit's flat grad puts the padding first while its shards put it last: every weight's grad lands "
+        "shifted (only where N does not divide the unit's size)",
+        old="segment = flat[self.offsets[i] : self.offsets[i + 1]]",
+        new=(
+            "pad = len(flat) - self.total  # Bug: padding first, unlike the shards\n"
+            "            segment = flat[pad + self.offsets[i] : pad + self.offsets[i + 1]]"
+        ),
+        caught_by=FSDP(
+            "::test_fsdp_units_with_deferred_sync_match_one_process_on_every_microbatch[w4-tied-2]",
+            "tied, 2 microbatches, step 0: ",
+            world_sizes="4",
+        ),  # fmt: skip
+    ),
+    Mutant(
+        "fsdp_units_keep_gathered_buffer",
+        "fsdp",
+        "a unit keeps its gathered flat buffer from forward to backward (autograd saved views of it), so "
+        "every unit's full weights are alive at the end of forward",
+        old="    unit.free()  # autograd keeps views of it: the refill before backward brings the bytes back",
+        new="    pass  # Bug: kept for backward",
+        caught_by=FSDP("units_free", "the unit's gathered buffer outlived its forward"),
+    ),
+    Mutant(
+        "fsdp_hidden_units_average_by_world",
+        "fsdp",
+        "a unit divides its reduce-scattered grad by the world size, not its group's",
+        old="return mine.div_(self.world)",
+        new="return mine.div_(dist.get_world_size())",
+        caught_by=FSDP_HIDDEN(
+            "two_fsdp_groups_with_units and deep_mlp", "of [0, 2], deep_mlp, 3 microbatches", world_sizes="4"
+        ),  # fmt: skip
     ),
     # -- Part 4: tensor parallelism --------------------------------------------------------------------------
     Mutant(
