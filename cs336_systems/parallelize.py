@@ -168,7 +168,7 @@ class ParallelTransformer:
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
     ``ProcessMesh``, and ``ValueError`` (naming the argument) for a mesh without one of the four axes
     or with other axes, tp not dividing ``n_heads``, ``n_kv_heads`` or ``d_ff``, P·V not dividing
-    ``n_layers``, ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
+    ``n_layers`` (a message naming both ``mesh`` and ``num_chunks``), ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
     schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel`` (or "hsdp" without
     an "fsdp" axis, or an "fsdp" axis without "hsdp"), or ``num_microbatches`` < 1: on every rank, before
     any communication.

@@ -38,6 +38,7 @@ STAFF_ONLY = (
     StaffPath("tests/staff/test_kit_links.py", "kit_links", grading=False),  # kits: links, commands, leftovers
     StaffPath("tests/staff/test_generated_numbers.py", "numbers", grading=False),  # guide/README numbers generated
     StaffPath("tests/staff/test_checkpoint_staging.py", "staging", grading=False),  # Part 10's pinned staging
+    StaffPath("tests/staff/test_trace_summary.py", "trace_summary", grading=False),  # the trace tool's --summary
     # A second implementation (the reference's work, its own bad-input wording) and its test.
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
