@@ -33,11 +33,12 @@ from tests.staff.grader import grader_env
 pytestmark = pytest.mark.staff
 
 KITS = {"11": frozenset({11}), "10": frozenset({10}), "4,5,7": frozenset({4, 5, 7})}
-# Per kit, public tests that run its given code (-k), at world size 1 (one rank: the cheapest grade that does).
+# Per kit, public tests that run its given code (-k), and the one world size each grade runs: the smallest at which
+# the test runs (device-faithful mode skips a job of more ranks than the largest --world-sizes).
 GIVEN_CODE_TESTS = {
-    "11": "composed_meshes_train",  # the capstone on the given mesh (and whatever the mesh's shape needs)
-    "10": "dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone",  # a checkpoint of the given TP
-    "4,5,7": "hsdp_training_matches_one_process",  # the mesh's HSDP on the given fsdp
+    "11": ("composed_meshes_train", "1"),  # the capstone on the given mesh (and whatever the mesh's shape needs)
+    "10": ("dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone", "2"),  # a checkpoint of the given TP
+    "4,5,7": ("hsdp_training_matches_one_process", "1"),  # the mesh's HSDP on the given fsdp
 }
 
 EDITED = b'raise RuntimeError("a student edited this given module")\n'
@@ -151,25 +152,29 @@ def _start(cmd: list[str], cwd: Path, out: Path) -> Grade:
 @pytest.fixture(scope="module")
 def kit_grades(tmp_path_factory) -> dict[str, Grade]:
     """One short grade per way, started side by side (each is mostly the grader's and pytest's start-up), each on
-    the tests of ``GIVEN_CODE_TESTS`` at world size 1: the CLI with ``--parts 11``, a ``--batch`` with
+    its test of ``GIVEN_CODE_TESTS``: the CLI with ``--parts 11``, a ``--batch`` with
     ``--parts 10``, and the zip of parts 4, 5 and 7 unpacked alone and graded with its own grader."""
     tmp = tmp_path_factory.mktemp("kit-grades")
-    common = ["--world-sizes", "1", "--timeout", "300"]
     grader = [sys.executable, "-m", "scripts.grading"]
+
+    def tests(kit: str) -> list[str]:
+        select, world_size = GIVEN_CODE_TESTS[kit]
+        return ["--select", select, "--world-sizes", world_size, "--timeout", "300"]
+
     grades = {}
     sub = _reference_submission(tmp / "cli", KITS["11"])
-    grades["cli"] = _start([*grader, str(sub), "--out", str(tmp / "cli.json"), "--parts", "11", "--select",
-                            GIVEN_CODE_TESTS["11"], *common], REPO, tmp / "cli.json")  # fmt: skip
+    grades["cli"] = _start([*grader, str(sub), "--out", str(tmp / "cli.json"), "--parts", "11", *tests("11")], REPO,
+                           tmp / "cli.json")  # fmt: skip
     batch = tmp / "batch"
     _reference_submission(batch / "student", KITS["10"])
-    grades["batch"] = _start([*grader, "--batch", str(batch), "--parts", "10", "--select", GIVEN_CODE_TESTS["10"],
-                              *common], REPO, tmp / "batch-results" / "student.json")  # fmt: skip
+    grades["batch"] = _start([*grader, "--batch", str(batch), "--parts", "10", *tests("10")], REPO,
+                             tmp / "batch-results" / "student.json")  # fmt: skip
     make_autograder_zip.build(tmp / "autograder.zip", KITS["4,5,7"])
     with zipfile.ZipFile(tmp / "autograder.zip") as zf:
         zf.extractall(tmp / "source")
     sub = _reference_submission(tmp / "zip-student", KITS["4,5,7"])
-    grades["zip"] = _start([*grader, str(sub), "--out", str(tmp / "zip.json"), "--select", GIVEN_CODE_TESTS["4,5,7"],
-                            *common], tmp / "source", tmp / "zip.json")  # fmt: skip
+    grades["zip"] = _start([*grader, str(sub), "--out", str(tmp / "zip.json"), *tests("4,5,7")], tmp / "source",
+                           tmp / "zip.json")  # fmt: skip
     yield grades
     for g in grades.values():
         if g.proc.poll() is None:
