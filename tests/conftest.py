@@ -18,7 +18,7 @@ import os
 import pytest
 
 from tests.harness import defaults
-from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.config import CONFIG, set_stand_in_gpus
 from tests.harness.run import gpu_shortfall
 
 # The environment's word before any session sets it: "1" on, "0" off, None (unset) on with gloo, off with nccl.
@@ -58,9 +58,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
          {"type": float}),
         ("--device-faithful", _DEVICE_FAITHFUL_AT_START,
          "on gloo, fail what NCCL would: a factory call without device= in implementation or test code, a CPU "
-         "tensor (nn.Linear's weight, a .cpu() copy) meeting the rank's, a job of more ranks than the largest "
-         "--world-sizes (tests/harness/device_faithful.py; default on with gloo, off with nccl; "
-         "--no-device-faithful or CS336_DEVICE_FAITHFUL=0 turns it off)", {"action": argparse.BooleanOptionalAction}),
+         "tensor (nn.Linear's weight, a .cpu() copy) meeting the rank's (tests/harness/device_faithful.py; on by "
+         "default with gloo, off with nccl; --no-device-faithful or CS336_DEVICE_FAITHFUL=0 turns it off). Asked "
+         "for, it also stands for a node with one GPU per rank of the largest --world-sizes: a job of more ranks "
+         "skips, or fails if a test starts it anyway", {"action": argparse.BooleanOptionalAction}),
         ("--p2p-matching", d.env_p2p_matching(),
          "tag-blind (default): send/recv follow NCCL's rule on gloo, tags ignored, and a receive matched with the "
          "wrong message fails naming both; tags: gloo's matching by tag (tests/harness/p2p_matching.py)",
@@ -85,9 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
     faithful = config.getoption("--device-faithful")
     faithful = CONFIG.backend == "gloo" if faithful is None else faithful  # costs ~nothing: on by default on gloo
     os.environ[defaults.ENV_DEVICE_FAITHFUL] = "1" if faithful else "0"
-    # The node a device-faithful run stands for has a GPU per rank of its largest world size: a job of more ranks
-    # is skipped (tests/harness/run.py) or, started anyway, fails (tests/harness/stray_tensors.py).
-    os.environ[ENV_DEVICE_FAITHFUL_GPUS] = str(max(_world_sizes(config), default=1))
+    # Asked for (not by default), the mode stands for a node with a GPU per rank of the largest world size: a job of
+    # more ranks is skipped (tests/harness/run.py) or, started anyway, fails (tests/harness/stray_tensors.py). By
+    # default, fixed-size tests and the jobs tests start run at any size on gloo, as before.
+    asked = config.getoption("--device-faithful") and CONFIG.backend == "gloo"
+    set_stand_in_gpus(max(_world_sizes(config), default=1) if asked else None)
     os.environ[defaults.ENV_P2P_MATCHING] = config.getoption("--p2p-matching")  # read by pool.py per task
     if config.getoption("--comm-trace"):  # read by tests/harness/trace.py when the ranks import it
         os.environ["CS336_TRACE"] = os.path.abspath(config.getoption("--comm-trace"))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from tests.harness import RankFailure, run_ranks
-from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.config import CONFIG, set_stand_in_gpus, stand_in_gpus
 from tests.harness.defaults import ENV_DEVICE_FAITHFUL
 from tests.harness.run import gpu_shortfall
 
@@ -101,14 +101,18 @@ def test_a_computation_kept_on_the_cpu_on_purpose_passes(world_size):
     assert len(outs) == world_size
 
 
-def test_a_job_of_more_ranks_than_the_largest_world_size_fails_and_run_ranks_skips(world_size, monkeypatch):
-    """The node the mode stands for has a GPU per rank of the largest --world-sizes: a process group of more
-    ranks fails ("Duplicate GPU detected" on NCCL), and the one rule that skips such runs says how many it needs."""
-    got = run_ranks(world_size, big_job_rank, 99)  # the ranks stand for the session's node: at most 8 GPUs
-    assert all(g is not None and g.startswith("TooManyRanks") and "a job of 99 ranks" in g for g in got), got
-    monkeypatch.setenv(ENV_DEVICE_FAITHFUL_GPUS, "2")  # the parent's rule, for a node of 2
-    assert gpu_shortfall(3, "a job of 3 ranks") == (
-        "a job of 3 ranks needs 3 GPUs on nccl (one per rank), device-faithful mode stands for a node of 2 (the "
-        "largest --world-sizes)"
-    )
-    assert gpu_shortfall(2) is None
+def test_a_job_of_more_ranks_than_the_node_it_stands_for_fails_and_the_skip_rule_says_how_many():
+    """Asked for, the mode stands for a node with a GPU per rank of the largest --world-sizes (here: 2): a process
+    group of more ranks fails ("Duplicate GPU detected" on NCCL), and the one rule for skips names the count."""
+    saved = stand_in_gpus()
+    set_stand_in_gpus(2)  # read by the ranks when they check, by the parent when it decides a skip
+    try:
+        got = run_ranks(1, big_job_rank, 3)
+        assert gpu_shortfall(3, "a job of 3 ranks") == (
+            "a job of 3 ranks needs 3 GPUs on nccl (one per rank), device-faithful mode stands for a node of 2 (the "
+            "largest --world-sizes)"
+        )
+        assert gpu_shortfall(2) is None
+    finally:
+        set_stand_in_gpus(saved)
+    assert got[0] is not None and got[0].startswith("TooManyRanks") and "a job of 3 ranks" in got[0], got

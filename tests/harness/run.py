@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.harness.config import CONFIG, ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.config import CONFIG, stand_in_gpus
 from tests.harness.defaults import env_device_faithful, resolve_impl
 from tests.harness.pool import get_pool
 
@@ -26,13 +24,14 @@ def run_ranks(world_size: int, fn, *args, deadline: float | None = None, impl: s
 
 def gpu_count() -> int | None:
     """The GPUs this run has, one per rank: the node's on NCCL; in device-faithful mode on gloo, the node it stands
-    for (the largest --world-sizes, tests/harness/stray_tensors.py); None on plain gloo (no limit)."""
+    for when --device-faithful is asked for (the largest --world-sizes, tests/harness/stray_tensors.py); None on
+    gloo otherwise (no limit)."""
     if CONFIG.backend == "nccl":
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     if env_device_faithful():
-        return int(os.environ.get(ENV_DEVICE_FAITHFUL_GPUS) or 8)
+        return stand_in_gpus()
     return None
 
 

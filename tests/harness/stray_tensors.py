@@ -21,7 +21,7 @@ was made:
   type cpu").
 
 And the job size: ``init_process_group`` with a world size above the GPUs this run stands for
-(``CS336_DEVICE_FAITHFUL_GPUS``, set by tests/conftest.py to the largest ``--world-sizes``) raises
+(with ``--device-faithful`` asked for: the largest ``--world-sizes``; tests/harness/config.py) raises
 :class:`TooManyRanks` (NCCL: "Duplicate GPU detected"); a test that starts such a job asks
 ``tests.harness.run.need_gpus`` first, which skips it.
 """
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 from torch.nn.modules import module as nn_module
 
-from tests.harness.config import ENV_DEVICE_FAITHFUL_GPUS
+from tests.harness.config import stand_in_gpus
 from tests.harness.recorder import _PG_METHODS
 
 _TAG = "_cs336_stray"  # the attribute a stray tensor carries: its Origin
@@ -185,11 +185,6 @@ def _flat(obj) -> list:
     return [obj]
 
 
-def gpus() -> int | None:
-    value = os.environ.get(ENV_DEVICE_FAITHFUL_GPUS, "")
-    return int(value) if value.strip() else None
-
-
 class StrayTensorWatch:
     """Installed with DeviceFaithfulMode around one task in a rank: tags Parameters made from stray tensors and
     names them where modules register them; refuses stray tensors in communication and jobs too big."""
@@ -246,13 +241,13 @@ def _refuse_strays(method: str, original):
 
 def _within_gpus(original, site):
     def init_process_group(*args, **kwargs):
-        world_size, limit = kwargs.get("world_size", -1), gpus()
+        world_size, limit = kwargs.get("world_size", -1), stand_in_gpus()
         if limit is not None and isinstance(world_size, int) and world_size > limit:
             raise TooManyRanks(
                 f"a job of {world_size} ranks joins a process group at {site() or 'an unwatched site'}, but this "
                 f"run stands for a node of {limit} GPU(s) (the largest --world-sizes): under NCCL it fails with "
                 f"'Duplicate GPU detected'. A test that starts a job of N ranks calls "
-                f"tests.harness.need_gpus(N, why) first, which skips it where N GPUs are not there "
+                f"tests.harness.run.need_gpus(N, why) first, which skips it where N GPUs are not there "
                 "(device-faithful mode, tests/README.md)"
             )  # fmt: skip
         return original(*args, **kwargs)
