@@ -9,7 +9,8 @@ same grade through the three ways a course grades: the staff checkout's CLI with
 it, and the kit's Gradescope zip. For the kits of Parts 11, 10 and 4 + 5 + 7 the sandbox the CLI (and a batch,
 which runs the CLI per submission) builds holds exactly the zip's part modules, the submission's in place of the
 kit's own; then one short grade per way, each on one kit and on a test that runs given code, gives the reference's
-kit modules full marks (the three side by side: about 30 s on 2 cores).
+kit modules full marks (the three side by side: about 30 s on 2 cores). Without the fix, the sandbox checks
+and the CLI and batch grades fail (given modules are the staff checkout's stubs).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ KITS = {"11": frozenset({11}), "10": frozenset({10}), "4,5,7": frozenset({4, 5, 
 # the test runs (device-faithful mode skips a job of more ranks than the largest --world-sizes).
 GIVEN_CODE_TESTS = {
     "11": ("composed_meshes_train", "1"),  # the capstone on the given mesh (and whatever the mesh's shape needs)
-    "10": ("dp_x_tp_checkpoint_loads_into_tensor_parallelism_alone", "2"),  # a checkpoint of the given TP
+    "10": ("without_a_spare_fsdp_restarts_smaller", "2"),  # a job restarted by fault_tolerance on the given FSDP
     "4,5,7": ("hsdp_training_matches_one_process", "1"),  # the mesh's HSDP on the given fsdp
 }
 
@@ -201,7 +202,7 @@ def test_the_cli_with_parts_gives_the_kit_of_part_11_full_marks(kit_grades):
 
 
 def test_a_batch_with_parts_gives_the_kit_of_part_10_full_marks(kit_grades):
-    """``--batch DIR --parts 10`` of checkpoint.py, fault_tolerance.py and accounting.py: TP (and DDP, FSDP) are
+    """``--batch DIR --parts 10`` of checkpoint.py, fault_tolerance.py and accounting.py: FSDP (and DDP, TP) are
     the reference's."""
     _full_marks(kit_grades["batch"], "--batch, kit 10")
 
