@@ -18,7 +18,10 @@ from tests.harness.config import CONFIG
 from tests.harness.pool import get_pool
 from tests.harness.zygote import enabled
 
-pytestmark = [pytest.mark.harness, pytest.mark.skipif(not enabled(), reason="the zygote is Linux-only (CS336_PLATFORM, CS336_ZYGOTE)")]
+pytestmark = [
+    pytest.mark.harness,
+    pytest.mark.skipif(not enabled(), reason="the zygote is Linux-only (CS336_PLATFORM, CS336_ZYGOTE)"),
+]
 
 
 def lineage_rank(ctx):
