@@ -33,6 +33,15 @@ def task_id() -> str:
         return f"local{os.getpid()}"
 
 
+class NoResult(RuntimeError):
+    """The batch ended normally without a result for the submission: the task goes on with the rest."""
+
+
+class Interrupted(RuntimeError):
+    """The batch was stopped by a signal (the task is cancelled, preempted or out of time): the task stops too,
+    and the submission's running mark stays, so ``status`` calls it failed."""
+
+
 def grade_in_batch(export: Path, name: str, scratch: Path, grader_args: list[str]) -> tuple[Path, dict]:
     """``--batch`` over a folder holding only ``name`` (a link: the batch resolves it to the export's path, so
     names and results are the export's). Returns the batch's results folder and its CSV row (as text)."""
@@ -42,10 +51,12 @@ def grade_in_batch(export: Path, name: str, scratch: Path, grader_args: list[str
     results, row_csv = scratch / "results", scratch / "row.csv"
     cmd = [sys.executable, "-m", "scripts.grading", "--batch", str(scratch / "batch"), "--results-dir",
            str(results), "--csv", str(row_csv), *grader_args]  # fmt: skip
-    subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL, check=False)  # its table goes to the task's log
+    code = subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL, check=False).returncode  # its table: the log
+    if code < 0 or code >= 128:  # killed, or ended by a signal (the grader exits 128 + signal): this task is ending
+        raise Interrupted(f"the batch grading {name} was stopped by a signal (exit {code})")
     rows = list(csv.DictReader(row_csv.open())) if row_csv.exists() else []
     if len(rows) != 1 or not (results / f"{Path(name).stem}.json").exists():
-        raise RuntimeError(f"the batch wrote no result for {name} (see this task's log)")
+        raise NoResult(f"the batch wrote no result for {name} (exit {code}; see this task's log)")
     return results, rows[0]
 
 
@@ -74,7 +85,7 @@ class GradeShard(submitit.helpers.Checkpointable):
             scratch = store.scratch(name, me)
             try:
                 results, row = grade_in_batch(export, name, scratch, grader_args)
-            except RuntimeError as exc:  # the rest of the shard still gets graded; status shows this one pending
+            except NoResult as exc:  # the rest of the shard still gets graded; status shows this one pending
                 print(f"[cluster] {name}: {exc}", flush=True)
                 store.unmark_running(name)
                 outcome[name] = "no result"

@@ -122,12 +122,18 @@ def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
         assert (results / f"{stem}.staff.log").exists(), f"{name}: no staff log beside its results"
     want_rows = {n: r for n, r in _csv(batch / "grades.csv").items() if n in names}
     assert _csv(results / "grades.csv") == want_rows
-    summary = json.loads((results / "summary.json").read_text())
-    oracle = json.loads((batch / "summary.json").read_text())
+    summary, oracle = (_dashboard(json.loads((d / "summary.json").read_text())) for d in (results, batch))
     if set(names) == {g["submission"] for g in oracle["grades"]}:
         assert summary == oracle, "the dashboard's numbers differ from the one-node batch's"
     for figure in ("summary.md", "dashboard.png", "grades.png"):
         assert (results / figure).exists(), f"collect wrote no {figure}"
+
+
+def _dashboard(summary: dict) -> dict:
+    """summary.json without each task's ``commonest_case``: summary.py breaks a tie there in a set's order, which
+    Python's string hashing varies per process (two one-node batches of one export can differ there too)."""
+    tasks = [{k: v for k, v in t.items() if k != "commonest_case"} for t in summary["tasks"]]
+    return {**summary, "tasks": tasks}
 
 
 def _graded_once(results: Path) -> Counter:
