@@ -10,6 +10,7 @@ step (before zero_grad), the bytes of parameter, gradient and optimizer-state st
 
     unsharded      all-reduce the grads, plain AdamW on every rank (DDP's memory: stage 0)
     fsdp           the implementation's FSDP (Linear weights sharded, biases/norms replicated)
+    fsdp_units     the same with each block a unit (§3.4): one all-gather / reduce-scatter per block
     torch_fsdp2    torch.distributed.fsdp.fully_shard on every block and the root, where it runs
 
 The table compares bytes with the accounting formula (zero_memory_per_rank with 4 + 4 + 8 bytes per
@@ -31,14 +32,16 @@ from scripts.bench.zero import add_model_args, run
 METHODS = {  # method -> (ZeRO stage, the torch counterpart its step time is compared with)
     "unsharded": (0, "torch_fsdp2"),
     "fsdp": (3, "torch_fsdp2"),
+    "fsdp_units": (3, "torch_fsdp2"),
     "torch_fsdp2": (3, None),
 }
 
 
 def build(method: str, impl: str, model, lr: float):
     """(module to call, optimizer, whether the caller averages grads) for one method but "unsharded"."""
-    if method == "fsdp":
-        wrapped = load_impl(impl, "fsdp").FSDP(model)
+    if method in ("fsdp", "fsdp_units"):
+        units = list(model)[:-1] if method == "fsdp_units" else None  # DeepMLP's blocks (its head stays a layer)
+        wrapped = load_impl(impl, "fsdp").FSDP(model, units=units)
         return wrapped, torch.optim.AdamW(wrapped.parameters(), lr=lr), False
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
