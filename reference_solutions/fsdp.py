@@ -367,7 +367,8 @@ class FSDP(nn.Module):
     being a parameter. The unit all-gathers its flat buffer once just before its forward (freed when
     the forward returns), once again before its backward, and reduce-scatters its flat weight grad
     once, after its backward: one message each way per unit instead of one per layer. Layers outside
-    every unit (and frozen weights) are sharded one by one as above.
+    every unit (and frozen weights) are sharded one by one as above. A unit returns a tensor or a tuple
+    or list of tensors (its backward starts from their gradients).
 
     Raises ``TypeError`` for a ``module`` that is not an ``nn.Module``, a ``compute_dtype`` that is
     not a floating-point ``torch.dtype``, or ``units`` not a list or tuple of ``nn.Module``;
