@@ -410,7 +410,9 @@ def test_fsdp_units_free_their_gathered_buffer_after_forward(world_size):
     model = DeepMLP(*WIDE)
     weights = [m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)]
     replicated = sum(p.numel() for p in model.parameters()) - sum(weights)
-    blocks = [sum(m.weight.numel() for m in b.modules() if isinstance(m, torch.nn.Linear)) for b in (model[0], model[1])]
+    blocks = [
+        sum(m.weight.numel() for m in b.modules() if isinstance(m, torch.nn.Linear)) for b in (model[0], model[1])
+    ]
     shards = 4 * (sum(-(-n // world_size) for n in [*blocks, weights[-1]]) + replicated)
     for rank, out in enumerate(run_ranks(world_size, units_memory_rank, deadline=60)):
         assert out["saved after forward"] < 4 * min(weights), (
