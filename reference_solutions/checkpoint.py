@@ -60,6 +60,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from cs336_systems import platform_support
+
 __all__ = [
     "Shard",
     "TornCheckpoint",
@@ -174,6 +176,8 @@ def _writeback_starter():
     """Linux's ``sync_file_range``, or None elsewhere. Asking the kernel to start writing a piece to disk as
     soon as it is in the page cache lets the disk work while later pieces are checksummed and copied, so the
     final fsync waits only for the tail (data is durable only after that fsync, as before)."""
+    if not platform_support.is_linux():  # macOS has no sync_file_range (CS336_PLATFORM=macos takes this branch)
+        return None
     try:
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):  # not Linux (macOS has no sync_file_range)

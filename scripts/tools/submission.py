@@ -8,10 +8,10 @@ when it is the only one that holds part modules, with a note.)
 
 Only the part modules are graded: ``cs336_systems/<module>.py`` for each module in ``PART_MODULES``
 below (collectives, ddp, ..., one per idea of the handouts). The grader uses its own copies of the given
-modules (``GIVEN_MODULES``: __init__.py, models.py, utils.py, launcher.py, transformer.py) and of the tests, so
-changes you make to them are not graded. Each module is imported in a fresh process (your code at import time
-must not print, exit or take long); functions that still raise NotImplementedError are listed so you know what is
-left.
+modules (``GIVEN_MODULES``: __init__.py, models.py, utils.py, launcher.py, transformer.py,
+platform_support.py) and of the tests, so changes you make to them are not graded. Each module is imported
+in a fresh process (your code at import time must not print, exit or take long); functions that still raise
+NotImplementedError are listed so you know what is left.
 
 A kit of some parts says in ``kit.json`` (beside README.md) which part modules you write; the others are
 given (the staff's code, which your parts build on) or unused, and are neither zipped nor graded.
@@ -33,7 +33,7 @@ PART_MODULES = ("collectives", "ddp", "sharded_optimizer", "fsdp", "tensor_paral
                 "mesh", "expert_parallel", "context_parallel", "checkpoint", "fault_tolerance",
                 "parallelize")  # fmt: skip
 # The given modules of cs336_systems: shipped to students, never graded (the grader always uses its copies).
-GIVEN_MODULES = ("__init__", "models", "utils", "launcher", "transformer")
+GIVEN_MODULES = ("__init__", "models", "utils", "launcher", "transformer", "platform_support")
 MAX_MODULE_BYTES = 2 << 20  # a part module is a few hundred lines; the grader refuses larger ones
 
 
