@@ -46,6 +46,7 @@ UNGRADED = {
     "tests/test_harness_children.py",
     "tests/test_harness_zygote.py",
     "tests/test_harness_platform.py",
+    "tests/test_harness_device_faithful.py",
 }
 HEADING = re.compile(
     r"^## (?P<title>.+?)(?P<points>\s*(?:\((?:[^()]*?, )?[\d.]+ (?:pts?|points?)\)|— [\d.]+ points?))?\s*$"

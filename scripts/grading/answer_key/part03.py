@@ -1,4 +1,4 @@
-"""Answer key, Part 3 (handouts/03-zero.md: §3.4 Benchmark, Written problems). Numbers from accounting."""
+"""Answer key, Part 3 (handouts/03-zero.md: §3.5 Benchmark, Written problems). Numbers from accounting."""
 
 from __future__ import annotations
 
@@ -28,10 +28,22 @@ def _saving(p, g, o):
 
 FP32, MIXED = _saving(4, 4, 8), _saving(2, 2, 12)
 
+# Problem 5 (§3.4): L blocks of 7 Linear weights, M microbatches, weights gathered in bf16, grads reduced in fp32.
+BLOCKS, PER_BLOCK, MICRO, ALPHA, ACTIVATIONS = 32, 7, 8, 10e-6, 40 * GB
+RING = (N - 1) / N  # the share of its buffer a rank sends in a ring all-gather or reduce-scatter
+GATHERED = 2 * MICRO * RING * 2 * PSI  # forward and backward all-gathers of every microbatch, bf16
+SCATTER_EVERY, SCATTER_ONCE = MICRO * RING * 4 * PSI, RING * 4 * PSI  # fp32 reduce-scatters per step
+SYNC_EVERY, SYNC_ONCE = GATHERED + SCATTER_EVERY, GATHERED + SCATTER_ONCE
+STATES = acc.zero_memory_per_rank(PSI, N, 3)  # 16Ψ/N
+DEFERRED = STATES + 4 * PSI  # plus the unsharded fp32 grads kept until the last microbatch
+PER_WEIGHT, PER_UNIT = 3 * BLOCKS * PER_BLOCK, 3 * BLOCKS  # collectives per microbatch
+LATENCY = (N - 1) * ALPHA
+UNIT_BYTES = 2 * PSI / BLOCKS  # one gathered block, bf16
+
 SECTIONS = (
     Section(
         part=3,
-        heading="3.4 Benchmark",
+        heading="3.5 Benchmark",
         problems=(
             Problem(
                 "a",
@@ -160,6 +172,58 @@ themselves are the master copy and stay replicated.""",
                     (0.5, "the master weights live in the optimizer state under mixed precision"),
                 ),
                 wrong=("Comparing absolute bytes instead of fractions: both fraction lines if the fractions follow.",),
+            ),
+            Problem(
+                "5",
+                "Units and deferred sync, in numbers",
+                1,
+                f"""(a) All-gathers are the same either way: forward and backward of every microbatch,
+2 · M · (N − 1)/N · 2Ψ = **{num(GATHERED / GB)} GB** per GPU per step. Reduce-scatters of fp32 grads,
+(N − 1)/N · 4Ψ = {num(SCATTER_ONCE / GB)} GB each: every microbatch **{num(SCATTER_EVERY / GB)} GB**, only the last
+**{num(SCATTER_ONCE / GB)} GB**. Totals {num(SYNC_EVERY / GB)} GB (**{seconds(SYNC_EVERY / LINK)}**) against
+{num(SYNC_ONCE / GB)} GB (**{seconds(SYNC_ONCE / LINK)}**) at 100 GB/s: deferring saves
+{seconds((SYNC_EVERY - SYNC_ONCE) / LINK)} per step. (b) Deferring keeps the unsharded fp32 grads, 4Ψ =
+**{num(4 * PSI / GB)} GB** per GPU, from the first microbatch's backward to the last's, next to stage 3's
+16Ψ/N = {num(STATES / GB)} GB of model states: {num(DEFERRED / GB)} GB instead of {num(STATES / GB)}. With
+40 GB of activations both fit in 80 GB ({num((DEFERRED + ACTIVATIONS) / GB)} and
+{num((STATES + ACTIVATIONS) / GB)} GB), the deferred one with little room (bf16 accumulation would halve the
+30 GB). (c) One collective each way per weight: 3 · 32 · 7 = **{PER_WEIGHT}** per microbatch; per block
+**{PER_UNIT}**. At (N − 1)α = {LATENCY * 1e3:.2f} ms each, per step (8 microbatches)
+**{seconds(MICRO * PER_WEIGHT * LATENCY)}** against **{seconds(MICRO * PER_UNIT * LATENCY)}** of latency alone;
+a gathered unit takes 2Ψ/L = **{num(UNIT_BYTES / GB)} GB** (two with one prefetched).""",
+                given=(
+                    "Ψ = 7.5e9",
+                    "L = 32",
+                    "7 Linear weights",
+                    "N = 64",
+                    "100 GB/s",
+                    "M = 8",
+                    "α = 10 μs",
+                    "40 GB of activations",
+                    "80 GB",
+                ),  # fmt: skip
+                rubric=(
+                    (
+                        0.25,
+                        f"(a) {num(SYNC_EVERY / GB)} vs {num(SYNC_ONCE / GB)} GB per step, "
+                        f"{seconds(SYNC_EVERY / LINK)} vs {seconds(SYNC_ONCE / LINK)} (±5%)",
+                    ),
+                    (
+                        0.25,
+                        f"(b) 4Ψ = {num(4 * PSI / GB)} GB of unsharded grads held until the last microbatch; "
+                        "both fit, the deferred one narrowly",
+                    ),
+                    (
+                        0.25,
+                        f"(c) {PER_WEIGHT} vs {PER_UNIT} collectives per microbatch, "
+                        f"{seconds(MICRO * PER_WEIGHT * LATENCY)} vs {seconds(MICRO * PER_UNIT * LATENCY)} per step",
+                    ),
+                    (0.25, f"(c) a unit gathers {num(UNIT_BYTES / GB)} GB at once (the price of fewer messages)"),
+                ),  # fmt: skip
+                wrong=(
+                    "All-gathers counted once per step instead of per microbatch: (a) line 0.",
+                    "Deferred memory given as 4Ψ/N (sharded): (b) line 0, the point of the problem.",
+                ),
             ),
         ),
     ),
