@@ -211,6 +211,7 @@ PENDING: dict[str, tuple[str, ...]] = {
     "scripts/release/api_reference.py": ("scripts.release.stubs", "reference_solutions", "scripts/release/stubs.py"),
     "scripts/tools/torch_build.py": ("handouts/grading.md",),
     "tests/conftest.py": ("mutants", "mutant", "tests/staff"),
+    "tests/harness/config.py": ("mutant",),
     "tests/harness/context.py": ("reference_solutions",),
     "tests/harness/device_faithful.py": ("mutant", "mutants", "tests/staff"),
     "tests/harness/protocol.py": ("reference_solutions",),
