@@ -183,7 +183,7 @@ def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None
         unfinished = t["unfinished"] - t["failed"]
         words = [set(c.split("-")) for c in t["cases"]]
         shared = sorted(set.intersection(*words) - {"-", "?"}) if words else []
-        worst = max(set(t["cases"]), key=t["cases"].count) if t["cases"] else ""
+        worst = max(sorted(set(t["cases"])), key=t["cases"].count) if t["cases"] else ""  # ties: first by name
         fail, _ = commonest(t["failure"], t["example"])
         out_tasks.append({
             "task": label, "part": t["part"], "students_failing": len(t["failed"]),
