@@ -343,7 +343,7 @@ def kit_readme(text: str, parts: frozenset[int], stubs: dict[str, str], manifest
                       f"`python -m scripts.bench.{first} --impl student`"
                       + (f" (and {rest}: one per part, named like its module)" if rest else ""), text)  # fmt: skip
     if 2 not in parts:  # the trace example runs a DDP test
-        text = re.sub(r"pytest tests/test_ddp\.py -k overlap --world-sizes 2 -x --comm-trace /tmp/trace\n"
+        text = re.sub(r"pytest \"tests/test_ddp\.py::[^\"\n]*\" --world-sizes 2 --comm-trace /tmp/trace\n"
                       r"python -m scripts\.tools\.trace \"[^\n]*\n",
                       f"pytest {test} -m {marker} --world-sizes 2 -x --comm-trace /tmp/trace\n"
                       "python -m scripts.tools.trace /tmp/trace/<one of its files>.json\n", text)  # fmt: skip
