@@ -43,8 +43,7 @@ STAFF_ONLY = (
     StaffPath("tests/staff/alt_impl/", "alternative", grading=False),
     # Staff tools and their documentation.
     StaffPath("scripts/grading/", "tool", grading=True),
-    StaffPath("scripts/release/cut.py", "tool", grading=False),
-    StaffPath("scripts/release/stubs.py", "tool", grading=False),  # reads the reference
+    StaffPath("scripts/release/", "tool", grading=False),  # the release cut, the stub generator and check
     StaffPath("scripts/main.sh", "tool", grading=False),
     StaffPath(".ci/", "tool", grading=False),
     StaffPath("handouts/grading.md", "docs", grading=False),
