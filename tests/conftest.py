@@ -102,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "world_sizes(*sizes, reason=...): the world sizes this test supports (intersected with --world-sizes); "
         "the reason (why only these) goes into the skip message",
         "harness: tests of the test harness itself (they do not exercise the student package)",
-        "staff: staff-only tests (mutants, grader); not shipped in the student release",
+        "staff: staff-only tests; not shipped in the student release",
     ]:
         config.addinivalue_line("markers", line)
 
@@ -146,5 +146,5 @@ def _per_test_deadline(request: pytest.FixtureRequest):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     from tests.harness import pool
 
-    if not pool.KEEP_POOLS:  # the staff mutant server (tests/staff/mutants/server.py) reuses them
+    if not pool.KEEP_POOLS:  # a long-lived pytest process reuses them
         pool.shutdown_pools()

@@ -130,7 +130,7 @@ def test_the_linux_only_calls_are_skipped_on_macos(monkeypatch):
 
 
 def test_rlimit_as_is_left_alone_on_macos(monkeypatch):
-    """macOS does not enforce RLIMIT_AS: its branch sets nothing (the Linux branch: tests/staff/grader)."""
+    """macOS does not enforce RLIMIT_AS: its branch sets nothing (the Linux branch: the grader's tests)."""
     import resource
 
     from tests.harness.limits import cap

@@ -53,7 +53,8 @@ def default_impl() -> str:
 def add_common_args(parser) -> None:
     """--impl, --backend and --out, with the same meaning in every benchmark."""
     default = default_impl()
-    parser.add_argument("--impl", default=default, help=f"student, reference, or a package name (default {default})")
+    shipped = "student, reference" if default == "reference" else "student"  # the student release has no reference
+    parser.add_argument("--impl", default=default, help=f"{shipped}, or a package name (default {default})")
     parser.add_argument(
         "--backend",
         default=DEFAULT_BACKEND,
@@ -64,7 +65,7 @@ def add_common_args(parser) -> None:
 
 
 def load_impl(impl: str, module: str):
-    """``load_impl("reference", "collectives")`` -> ``reference_solutions.collectives``."""
+    """``load_impl("student", "collectives")`` -> ``cs336_systems.collectives``."""
     return importlib.import_module(f"{resolve_impl(impl)}.{module}")
 
 

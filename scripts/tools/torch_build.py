@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     if args.expect_gpus and (gpus < args.expect_gpus or not nccl):
         print(f"expected {args.expect_gpus} GPUs with NCCL: reinstall torch with a CUDA build, e.g. "
               'CS336_TORCH="--force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128" '
-              "bash scripts/setup.sh (handouts/grading.md, 'The GPU node's day')", file=sys.stderr)  # fmt: skip
+              "bash scripts/setup.sh", file=sys.stderr)  # fmt: skip
         return 1
     return 0
 

@@ -14,8 +14,8 @@ from tests.harness.defaults import env_backend, env_deadline, env_impl, resolve_
 
 # A file holding the GPU count a gloo run stands for ("" or no file: no limit): with --device-faithful asked for,
 # the largest --world-sizes. tests/conftest.py writes it for each session, the parent (tests/harness/run.py) and the
-# ranks (tests/harness/stray_tensors.py) read it when they need it: a rank kept from an earlier session (the staff
-# mutant server keeps its pools) reads this session's count, not the one in its environment when it started.
+# ranks (tests/harness/stray_tensors.py) read it when they need it: a rank of a pool kept from an earlier session
+# reads this session's count, not the one in its environment when it started.
 ENV_DEVICE_FAITHFUL_GPUS = "CS336_DEVICE_FAITHFUL_GPUS_FILE"
 
 

@@ -15,7 +15,7 @@ import torch
 @dataclass(frozen=True)
 class RankContext:
     """This rank's place in the run: rank and world size in WORLD, backend, device, and the
-    implementation under test (a package name such as ``reference_solutions``).
+    implementation under test (a package name such as ``cs336_systems``).
 
     ``ctx.load("collectives")`` imports ``<impl>.collectives``; rank functions never import the
     implementation at module level, so the pytest process itself never runs student code.

@@ -51,12 +51,17 @@ class ImplicitDeviceAllocation(RuntimeError):
     """A factory call without ``device=`` in implementation or rank code (device-faithful mode)."""
 
 
-_MUTANT = "<mutant "  # the file name of a staff mutant's module (tests/staff/mutants/loader.py): watched code
+# File names of generated modules whose code is watched like the implementation's (file-name prefixes).
+_WATCHED: tuple[str, ...] = ()
+# <staff>
+_WATCHED += ("<mutant ",)  # a staff mutant's module (tests/staff/mutants/loader.py)
+# </staff>
 
 
 def _generated(filename: str) -> bool:
-    """Code with no file of its own (``<string>``, ``<frozen ...>``): its caller decides; a mutant is watched."""
-    return filename[:1] == "<" and not filename.startswith(_MUTANT)
+    """Code with no file of its own (``<string>``, ``<frozen ...>``): its caller decides; a module named in
+    ``_WATCHED`` is watched."""
+    return filename[:1] == "<" and not filename.startswith(_WATCHED)
 
 
 _COMPREHENSIONS = ("<listcomp>", "<dictcomp>", "<setcomp>", "<genexpr>")
@@ -163,7 +168,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
             frame = frame.f_back
         if frame is None or frame.f_code.co_filename.startswith(_TORCH_DIR):
             return None
-        if frame.f_code.co_filename.startswith(_MUTANT):  # a staff mutant of the reference (tests/staff/mutants)
+        if frame.f_code.co_filename.startswith(_WATCHED):  # a generated module that is watched code
             return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
         name = os.path.abspath(frame.f_code.co_filename)
         if not name.startswith(self.watched) or name.startswith(_VENVS):

@@ -3,7 +3,7 @@
 Length-prefixed pickles on one socket per rank:
 
     parent -> worker   {"task": n, "fn": <module-level function>, "args": ..., "kwargs": ...,
-                        "impl": "reference_solutions", "backend": "gloo", "fresh_group": True}
+                        "impl": "cs336_systems", "backend": "gloo", "fresh_group": True}
     worker -> parent   {"status": "ready", "pid": 1234}                               once, at start-up
                        {"task": n, "status": "ok", "value": <tensors on the CPU>, "group_kept": True}
                        {"task": n, "status": "error", "error": "ValueError: ...", "traceback": "..."}

@@ -3,7 +3,7 @@
 
 Why: a rank started as ``python -m tests.harness.worker`` spends ~2 s of CPU importing torch and
 torch._dynamo, so a pool of 4 ranks on a 2-core laptop takes ~5 s to start, and every test whose ranks are
-killed (a hang, a crash: the harness's own tests, the staff mutants, a graded submission) pays it again for
+killed (a hang, a crash: the harness's own tests, a graded submission) pays it again for
 the next pool. The zygote imports those modules once, when the first pool starts, then forks each rank on
 request: a rank is ready in tens of milliseconds and runs exactly the code it ran before (``worker.main``).
 
@@ -218,7 +218,7 @@ def _serve(fd: int) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the pytest process; the ranks die with this one
-        # PR_SET_DUMPABLE 0: like the grader's pytest (scripts/grading), a rank cannot open this process's
+        # PR_SET_DUMPABLE 0: like the grader's pytest, a rank cannot open this process's
         # /proc memory, environment or descriptors; each rank turns it back on after the fork (_become_rank).
         libc.prctl(4, 0)
     except (OSError, AttributeError):

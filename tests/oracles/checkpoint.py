@@ -16,8 +16,8 @@ Layouts (``layout(scheme, rank, world)``), each a dict ``key -> (global_shape, o
 ``CrashInjector`` kills (simulates killing) one rank at its j-th file operation of a save without
 leaving the others hanging; ``WriteGate`` holds a background thread's file writes until released.
 Both work on any implementation: they patch ``open`` and ``os.replace``/``os.rename`` and the process
-group's methods, nothing of the implementation. Used by tests/test_checkpoint.py and
-tests/staff/hidden/test_checkpoint_hidden.py.
+group's methods, nothing of the implementation. Used by tests/test_checkpoint.py and its hidden
+counterpart.
 """
 
 from __future__ import annotations

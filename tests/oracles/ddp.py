@@ -11,7 +11,7 @@ markers), the seeded per-rank batches, ``train_rank`` (wrap, train, return grads
 per step) and ``check_training_matches_one_process``, which runs it on N ranks and compares every
 rank's grads and parameters with one process training on the concatenated batch.
 
-Used by tests/test_ddp.py and tests/staff/hidden/test_ddp_hidden.py.
+Used by tests/test_ddp.py and its hidden counterpart.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ layers and tensor-parallel pieces) and ``check_mesh_training`` compares every ra
 ``hsdp_setup_rank`` and ``check_hsdp_setup``: HSDP's start (buffers from rank 0 across replicas too)
 and its ``compute_dtype``.
 
-Used by tests/test_mesh.py and tests/staff/hidden/test_mesh_hidden.py.
+Used by tests/test_mesh.py and its hidden counterpart.
 """
 
 from __future__ import annotations
