@@ -155,7 +155,10 @@ class ParallelTransformer:
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
       3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
-         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``) or ``"hsdp"`` (each chunk wrapped in
+         in ``fsdp.FSDP(chunk, group=mesh.group("dp"), units=...)``, Part 3.4: each dense block, not MoE,
+         one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
+         all but each chunk's last microbatch, so a step reduce-scatters once per unit or weight, not
+         once per microbatch) or ``"hsdp"`` (each chunk wrapped in
          ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
@@ -168,10 +171,10 @@ class ParallelTransformer:
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
     ``ProcessMesh``, and ``ValueError`` (naming the argument) for a mesh without one of the four axes
     or with other axes, tp not dividing ``n_heads``, ``n_kv_heads`` or ``d_ff``, P·V not dividing
-    ``n_layers`` (a message naming both ``mesh`` and ``num_chunks``), ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
-    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel`` (or "hsdp" without
-    an "fsdp" axis, or an "fsdp" axis without "hsdp"), or ``num_microbatches`` < 1: on every rank, before
-    any communication.
+    ``n_layers`` (a message naming both ``mesh`` and ``num_chunks``), ep not dividing ``num_experts``,
+    ``num_chunks`` < 1 (or > 1 with one stage or a schedule other than "interleaved"), an unknown
+    ``schedule`` or ``data_parallel`` (or "hsdp" without an "fsdp" axis, or an "fsdp" axis without "hsdp"),
+    or ``num_microbatches`` < 1: on every rank, before any communication.
     """
 
     def __init__(self, model: Transformer, mesh: ProcessMesh, *, num_microbatches: int = 1,
@@ -195,7 +198,8 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward), except an
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
+        microbatch only), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
         experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
         over cp. A parameter whose

@@ -33,6 +33,7 @@ ValueError/TypeError naming the argument, on every rank, before any message.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import OrderedDict
 
 import torch
@@ -255,7 +256,10 @@ class ParallelTransformer:
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
       3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
-         in ``fsdp.FSDP(chunk, group=mesh.group("dp"))``) or ``"hsdp"`` (each chunk wrapped in
+         in ``fsdp.FSDP(chunk, group=mesh.group("dp"), units=...)``, Part 3.4: each dense block, not MoE,
+         one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
+         all but each chunk's last microbatch, so a step reduce-scatters once per unit or weight, not
+         once per microbatch) or ``"hsdp"`` (each chunk wrapped in
          ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
@@ -268,10 +272,10 @@ class ParallelTransformer:
     Raises ``TypeError`` for a ``model`` that is not a ``Transformer`` or a ``mesh`` that is not a
     ``ProcessMesh``, and ``ValueError`` (naming the argument) for a mesh without one of the four axes
     or with other axes, tp not dividing ``n_heads``, ``n_kv_heads`` or ``d_ff``, P·V not dividing
-    ``n_layers`` (a message naming both ``mesh`` and ``num_chunks``), ep not dividing ``num_experts``, ``num_chunks`` < 1 (or > 1 with one stage or a
-    schedule other than "interleaved"), an unknown ``schedule`` or ``data_parallel`` (or "hsdp" without
-    an "fsdp" axis, or an "fsdp" axis without "hsdp"), or ``num_microbatches`` < 1: on every rank, before
-    any communication.
+    ``n_layers`` (a message naming both ``mesh`` and ``num_chunks``), ep not dividing ``num_experts``,
+    ``num_chunks`` < 1 (or > 1 with one stage or a schedule other than "interleaved"), an unknown
+    ``schedule`` or ``data_parallel`` (or "hsdp" without an "fsdp" axis, or an "fsdp" axis without "hsdp"),
+    or ``num_microbatches`` < 1: on every rank, before any communication.
     """
 
     def __init__(self, model: Transformer, mesh: ProcessMesh, *, num_microbatches: int = 1,
@@ -312,8 +316,9 @@ class ParallelTransformer:
         self._moes = [m for c in chunks for m in c.modules() if isinstance(m, expert_parallel.ExpertParallelMoE)]
 
         # 3. Data parallelism over dp.
+        self._names = [[n for n, _ in c.named_parameters()] for c in chunks]  # before FSDP renames them
         if data_parallel == "fsdp":
-            self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]
+            self.wrapped = [fsdp.FSDP(c, group=groups["dp"], units=_units(c)) for c in chunks]
         elif data_parallel == "hsdp":
             self.wrapped = [HSDP(c, mesh, "fsdp", "dp") for c in chunks]
         else:
@@ -324,6 +329,10 @@ class ParallelTransformer:
             self.wrapped if num_chunks > 1 else self.wrapped[0], stage, self.pp,
             lambda logits, targets: lm_loss(logits, targets) / tp, group=groups["pp"],
         )  # fmt: skip
+        self._forwards: list[int] | None = None  # per chunk, forwards so far in this step (None: no step)
+        if data_parallel == "fsdp" and num_microbatches > 1:
+            for i, w in enumerate(self.wrapped):
+                w.register_forward_hook(functools.partial(self._sync_on_last_microbatch, i))
         params = [p for c in chunks for p in c.parameters()]
         if data_parallel == "zero1":
             self.optimizer = sharded_optimizer.ShardedOptimizer(params, optimizer_cls, group=groups["dp"],
@@ -336,10 +345,10 @@ class ParallelTransformer:
         """``{dense parameter name: this rank's tensor}`` for this rank's chunks (see the class)."""
         # BEGIN SOLUTION: Task 11.2 (pieces and stages)
         out = {}
-        for chunk, wrapped in zip(self.chunks, self.wrapped):
+        for chunk, wrapped, names in zip(self.chunks, self.wrapped, self._names):
             if self.data_parallel in ("fsdp", "hsdp"):
-                state = wrapped.gather_full_params()
-                named = [(n, state[n]) for n, _ in chunk.named_parameters()]
+                state = wrapped.gather_full_params()  # keyed as before wrapping: no unit's flat_shard
+                named = [(n, state[n]) for n in names]
             else:
                 named = [(n, p.detach().clone()) for n, p in chunk.named_parameters()]
             firsts = {n: m.first_expert for n, m in chunk.named_modules()
@@ -361,7 +370,8 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward), except an
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
+        microbatch only), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
         experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
         over cp. A parameter whose
@@ -378,8 +388,19 @@ class ParallelTransformer:
         x, y = self._local_batch(inputs, targets)
         stage = self.mesh.rank("pp")
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.pipeline.train_step(x if stage == 0 else None, y if stage == self.pp - 1 else None,
-                                        self.num_microbatches, self.schedule)  # fmt: skip
+        deferred = self.data_parallel == "fsdp" and self.num_microbatches > 1
+        if deferred:  # FSDP sums microbatches' grads locally; the last one's backward reduces them once
+            self._forwards = [0] * len(self.wrapped)
+            for w in self.wrapped:
+                w.set_requires_gradient_sync(False)
+        try:
+            loss = self.pipeline.train_step(x if stage == 0 else None, y if stage == self.pp - 1 else None,
+                                            self.num_microbatches, self.schedule)  # fmt: skip
+        finally:
+            if deferred:
+                self._forwards = None
+                for w in self.wrapped:
+                    w.set_requires_gradient_sync(True)
         self._sync_gradients()
         self.optimizer.step()
         return self._global_loss(loss, x.device) if stage == self.pp - 1 else None
@@ -411,6 +432,25 @@ class ParallelTransformer:
                 t = context_parallel.shard_sequence(t, self.mesh.group("cp"), zigzag=self.zigzag, dim=1)
             out.append(t.chunk(self.tp, dim=1)[self.mesh.rank("tp")].contiguous())  # (B/R, S/(cp·tp))
         return out[0], out[1]
+
+    def _sync_on_last_microbatch(self, i: int, wrapped, args, output) -> None:
+        """Forward hook on FSDP chunk i: its k-th forward of a step marks its output so that the backward
+        from there runs with gradient sync on iff k is the last microbatch. The mark is a hook on the
+        output's grad, which runs before any of the chunk's own backward, so one chunk's backward sees
+        one setting throughout; schedules run each microbatch's backward whole (no split B/W here)."""
+        if self._forwards is None or not torch.is_grad_enabled():
+            return
+        last = self._forwards[i] == self.num_microbatches - 1
+        self._forwards[i] += 1
+        for t in output if isinstance(output, (tuple, list)) else [output]:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+
+                def turn(grad, last=last):
+                    wrapped.set_requires_gradient_sync(last)
+                    return grad
+
+                t.register_hook(turn)
+                return
 
     def _sync_gradients(self) -> None:
         params = [p for c in self.chunks for p in c.parameters()]
@@ -454,6 +494,13 @@ class _Params(nn.Module):
     def __init__(self, params: list[nn.Parameter]) -> None:
         super().__init__()
         self.params = nn.ParameterList(params)
+
+
+def _units(chunk: nn.Module) -> list[nn.Module]:
+    """FSDP units: each dense block (one all-gather and one reduce-scatter for its weights, not one per
+    layer). Embedding and head stay per layer (their grads are also summed over tp). An MoE block stays
+    per layer: its experts' grads are averaged over other groups than the rest of the block's."""
+    return [m for m in chunk.children() if isinstance(m, ParallelBlock) and not m.is_moe]
 
 
 def _sequence_parallel_params(chunks: list[nn.Module]) -> list[nn.Parameter]:

@@ -233,6 +233,36 @@ def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
         )
 
 
+def fsdp_microbatch_rank(ctx, shape, data, options):
+    """Train one step on ``shape``, recording it: the training record plus the collectives and the dp group."""
+    with CommRecorder() as rec:
+        out = training_rank(ctx, shape, DENSE, data, options)
+    M = ctx.load("mesh")
+    return {**out, "events": calls(rec.events), "dp": M.ProcessMesh(full_shape(shape)).ranks("dp")}
+
+
+@pytest.mark.task11_3
+@pytest.mark.world_sizes(4)
+def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size):
+    """pp2×dp2 with FSDP and 4 microbatches: each block is one FSDP unit, and gradient sync waits for the last
+    microbatch, so one step reduce-scatters once per block plus once per embedding/head weight over dp (not once
+    per microbatch, not once per linear layer), and still trains like one process."""
+    shape, options = {"dp": 2, "pp": 2}, {"data_parallel": "fsdp", "num_microbatches": 4}
+    data = batches(DENSE, steps=1, batch=8)
+    losses, state = dense_training(DENSE, data, options=options)
+    outs = run_ranks(world_size, fsdp_microbatch_rank, shape, data, options)
+    check_training(outs, shape, losses, state, f"mesh pp2×dp2 {options}")
+    per_stage = DENSE.n_layers // 2 + 1  # this stage's blocks (one unit each), then embed (stage 0) or head.out
+    for rank, out in enumerate(outs):
+        dp = set(out["dp"])
+        got = sum(kind(e) == "reduce_scatter" and set(e.group_ranks) == dp for e in out["events"])
+        assert got == per_stage, (
+            f"rank {rank} (pp stage {out['coords']['pp']}): one step with 4 microbatches made {got} reduce-scatters "
+            f"over dp {sorted(dp)}; expected {per_stage}: one per block (FSDP units), one for the embedding or head "
+            f"weight, on the last microbatch only (set_requires_gradient_sync, §11.2):\n{format_events(out['events'])}"
+        )
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 _KV1 = TransformerConfig(vocab_size=16, d_model=16, n_layers=2, n_heads=4, n_kv_heads=1, d_ff=16)

@@ -15,6 +15,7 @@ WRONG = ("one process on the whole batch", "elements differ")  # a loss or a par
 BLOCKS, STAGES, COMPOSED = "parallel_blocks", "pipeline_stages", "composed_meshes"
 TRAFFIC = "block_traffic"
 BAD = "bad_input"
+FSDP_UNDER = "fsdp_under_a_pipeline"
 BAD_BATCH = ("returned normally", "communicated", "expected ValueError")  # accepted: trains, or fails after a message
 
 MUTANTS = [
@@ -204,7 +205,7 @@ MUTANTS = [
         "parallelize_fsdp_never_wraps",
         "parallelize",
         "data_parallel='fsdp' keeps every weight whole on every rank (and so never averages over dp)",
-        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]',
+        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"], units=_units(c)) for c in chunks]',
         new="self.wrapped = chunks",
         caught_by=P11("share and fsdp2", "its share of the parameters", world_sizes="2"),
     ),
@@ -320,8 +321,8 @@ MUTANTS = [
         "parallelize_fsdp_over_the_world",
         "parallelize",
         "FSDP shards over the whole world, not the dp group: dp2×ep2 averages shards across ep ranks",
-        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"]) for c in chunks]',
-        new="self.wrapped = [fsdp.FSDP(c) for c in chunks]",
+        old='self.wrapped = [fsdp.FSDP(c, group=groups["dp"], units=_units(c)) for c in chunks]',
+        new="self.wrapped = [fsdp.FSDP(c, units=_units(c)) for c in chunks]",
         caught_by=P11(COMPOSED, ("one process on the whole batch", "elements differ", "Error"), world_sizes="4"),
     ),
     Mutant(
@@ -359,5 +360,29 @@ MUTANTS = [
         old="self.zigzag = bool(zigzag) and self.cp > 1\n        groups = ",
         new="self.zigzag = bool(zigzag)\n        groups = ",
         caught_by=P11("odd_sequence", "must be divisible", world_sizes="1"),
+    ),
+    Mutant(
+        "parallelize_fsdp_syncs_every_microbatch",
+        "parallelize",
+        "FSDP under a pipeline reduce-scatters every microbatch (sync never deferred): right values, 4x the traffic",
+        old='deferred = self.data_parallel == "fsdp" and self.num_microbatches > 1',
+        new="deferred = False",
+        caught_by=P11(FSDP_UNDER, "reduce-scatters over dp", world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_fsdp_layer_by_layer",
+        "parallelize",
+        "FSDP shards layer by layer, without units: one reduce-scatter per linear layer, not per block",
+        old='fsdp.FSDP(c, group=groups["dp"], units=_units(c))',
+        new='fsdp.FSDP(c, group=groups["dp"])',
+        caught_by=P11(FSDP_UNDER, "reduce-scatters over dp", world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_fsdp_syncs_first_microbatch",
+        "parallelize",
+        "gradient sync turned on for the first microbatch, not the last: the later ones' grads are never reduced",
+        old="last = self._forwards[i] == self.num_microbatches - 1",
+        new="last = self._forwards[i] == 0",
+        caught_by=P11(FSDP_UNDER, WRONG, world_sizes="4"),
     ),
 ]
