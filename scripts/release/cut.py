@@ -6,11 +6,12 @@
 
 The release is every file git knows here (tracked, or new and not ignored) except the staff-only ones,
 listed once in scripts/grading/staff.py: ``reference_solutions/``, all of ``tests/staff/`` (hidden
-tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``), this script, the stub generator,
-``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
-Nothing below ``tests/staff/`` ships, listed there or not. ``pyproject.toml`` loses the reference package; staff-only
-text in a shipped file is cut: sections between ``<!-- staff -->`` and ``<!-- /staff -->`` in every markdown file,
-lines from ``# <staff>`` to ``# </staff>`` in Python, TOML and shell files. Then the release is checked:
+tests, mutants, grader tests, the stub check), the grader (``scripts/grading/``), the release tools (this script,
+the stub generator: ``scripts/release/``), ``scripts/main.sh``, ``.ci/`` and ``handouts/grading.md``.
+Nothing below ``tests/staff/`` ships, listed there or not. ``pyproject.toml`` loses the reference package and
+``submitit`` (its ``dev`` extra is ruff alone); staff-only text in a shipped file is cut: sections between
+``<!-- staff -->`` and ``<!-- /staff -->`` in every markdown file, lines from ``# <staff>`` to ``# </staff>`` in
+Python, TOML and shell files. Then the release is checked:
 1. no staff file and no staff text: no line of the reference's code that the stubs do not share, no
    hidden test's name, no ``pytest.mark.staff``;
 2. a fresh install works: a new virtual environment (reusing this one's dependencies, not this
@@ -79,7 +80,8 @@ def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
             dest.write_text(staff.sub("", text))
     pyproject = out / "pyproject.toml"
     text = pyproject.read_text()
-    pyproject.write_text(re.sub(r"packages = \[[^\]]*\]", 'packages = ["cs336_systems"]', text))
+    text = re.sub(r"packages = \[[^\]]*\]", 'packages = ["cs336_systems"]', text)
+    pyproject.write_text(re.sub(r',\s*"submitit[^"]*"', "", text))  # the staff's cluster runner: not a student's
     stubs = None
     if parts is not None:  # other parts' modules: given code where a kept part builds on them (subset.py)
         stubs = subset.subset_stubs(parts)
@@ -203,24 +205,7 @@ def staff_names() -> re.Pattern:
 # Files of other owners that still name staff-only things in every release (issue 43), each waiting for the edit
 # asked of its owner: their mentions of these names are printed as a note, not a problem. Delete an entry with the
 # edit that fixes its file (the note names entries that match nothing; tests/staff/test_kit_links.py fails on them).
-PENDING: dict[str, tuple[str, ...]] = {
-    "README.md": ("mutants",),
-    "pyproject.toml": ("scripts/grading",),
-    "scripts/bench/common.py": ("reference_solutions",),
-    "scripts/release/__init__.py": ("stubs.py", "cut.py"),
-    "scripts/release/api_reference.py": ("scripts.release.stubs", "reference_solutions", "scripts/release/stubs.py"),
-    "scripts/tools/torch_build.py": ("handouts/grading.md",),
-    "tests/conftest.py": ("mutants", "mutant", "tests/staff"),
-    "tests/harness/config.py": ("mutant",),
-    "tests/harness/context.py": ("reference_solutions",),
-    "tests/harness/device_faithful.py": ("mutant", "mutants", "tests/staff"),
-    "tests/harness/protocol.py": ("reference_solutions",),
-    "tests/harness/zygote.py": ("mutants", "scripts/grading"),
-    "tests/oracles/checkpoint.py": ("tests/staff", "test_checkpoint_hidden"),
-    "tests/oracles/ddp.py": ("tests/staff", "test_ddp_hidden"),
-    "tests/oracles/mesh.py": ("tests/staff", "test_mesh_hidden"),
-    "tests/test_harness_platform.py": ("tests/staff",),
-}
+PENDING: dict[str, tuple[str, ...]] = {}
 
 
 def staff_mentions(out: Path) -> list[tuple[str, int, str, str]]:
