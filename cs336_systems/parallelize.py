@@ -45,6 +45,7 @@ __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTran
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
+DDP_BUCKET_MB = 1.0  # "ddp" buckets: about one block of a small model each, so the first ones overlap backward
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class ParallelTransformer:
          chunks themselves, also under FSDP or HSDP, not their wrappers), run
          by a ``pipeline.PipelineStage`` over ``mesh.group("pp")``, with loss
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
-      3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
+      3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged over dp: see ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
          in ``fsdp.FSDP(chunk, group=mesh.group("dp"), units=...)``, Part 3.4: each dense block, not MoE,
          one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
@@ -199,7 +200,8 @@ class ParallelTransformer:
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
         not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
-        microbatch only), except an
+        microbatch only; under "ddp" with one microbatch, dp by ``ddp.DDPBucketed`` buckets of
+        ``DDP_BUCKET_MB``, all-reduced during backward and collected first), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
         experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
         over cp. A parameter whose

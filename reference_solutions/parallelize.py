@@ -51,6 +51,7 @@ __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTran
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
+DDP_BUCKET_MB = 1.0  # "ddp" buckets: about one block of a small model each, so the first ones overlap backward
 
 
 # BEGIN SOLUTION
@@ -254,7 +255,7 @@ class ParallelTransformer:
          chunks themselves, also under FSDP or HSDP, not their wrappers), run
          by a ``pipeline.PipelineStage`` over ``mesh.group("pp")``, with loss
          ``lm_loss(logits, targets) / tp`` (each tp rank holds 1/tp of the tokens);
-      3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged in ``train_step``),
+      3. data parallelism over "dp": ``data_parallel="ddp"`` (gradients averaged over dp: see ``train_step``),
          ``"zero1"`` (``sharded_optimizer.ShardedOptimizer`` over dp) or ``"fsdp"`` (each chunk wrapped
          in ``fsdp.FSDP(chunk, group=mesh.group("dp"), units=...)``, Part 3.4: each dense block, not MoE,
          one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
@@ -334,6 +335,7 @@ class ParallelTransformer:
             for i, w in enumerate(self.wrapped):
                 w.register_forward_hook(functools.partial(self._sync_on_last_microbatch, i))
         params = [p for c in chunks for p in c.parameters()]
+        self._bucketed = self._overlapped_ddp(params, groups["dp"])
         if data_parallel == "zero1":
             self.optimizer = sharded_optimizer.ShardedOptimizer(params, optimizer_cls, group=groups["dp"],
                                                                 **optimizer_kwargs)  # fmt: skip
@@ -371,7 +373,8 @@ class ParallelTransformer:
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
         not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
-        microbatch only), except an
+        microbatch only; under "ddp" with one microbatch, dp by ``ddp.DDPBucketed`` buckets of
+        ``DDP_BUCKET_MB``, all-reduced during backward and collected first), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
         experts over dp; its dp group None under FSDP or HSDP), then ``ddp.all_reduce_gradients_flat``
         over cp. A parameter whose
@@ -452,7 +455,25 @@ class ParallelTransformer:
                 t.register_hook(turn)
                 return
 
+    def _overlapped_ddp(self, params: list[nn.Parameter], dp_group) -> ddp.DDPBucketed | None:
+        """Under "ddp" with one microbatch: Part 2's bucketed DDP over dp for the non-MoE parameters, so
+        their dp all-reduces start during backward, each as soon as its bucket's grads are complete (the
+        flat all-reduce after backward overlaps nothing). Not with microbatches: its hooks would reduce
+        every microbatch's backward, so there the flat all-reduce after backward stays."""
+        if self.data_parallel != "ddp" or self.num_microbatches > 1 or self.dp == 1:
+            return None
+        moe_ids = {id(p) for m in self._moes for p in m.parameters()}
+        dense = _Params([p for p in params if id(p) not in moe_ids])
+        return ddp.DDPBucketed(dense, DDP_BUCKET_MB, group=dp_group)
+
     def _sync_gradients(self) -> None:
+        sharded = self.data_parallel in ("fsdp", "hsdp")  # they averaged over dp (and fsdp) in backward
+        axes = ["ep", "cp"] + (["dp"] if not sharded else [])
+        if "dp" in axes and self._bucketed is not None:
+            # First: its dp averages were launched in backward from the grads as backward left them, and
+            # finishing writes them into .grad (averaging commutes with the tp sum and the ep/cp means).
+            self._bucketed.finish_gradient_synchronization()
+            axes.remove("dp")
         params = [p for c in self.chunks for p in c.parameters()]
         for p in params:  # an expert no token reached, or a chunk that saw no loss term: zeros, same layout
             if p.grad is None:
@@ -464,8 +485,6 @@ class ParallelTransformer:
                 p.grad.copy_(g.view_as(p))
         moe_ids = {id(p) for m in self._moes for p in m.parameters()}
         dense = _Params([p for p in params if id(p) not in moe_ids])
-        sharded = self.data_parallel in ("fsdp", "hsdp")  # they averaged over dp (and fsdp) in backward
-        axes = ["ep", "cp"] + (["dp"] if not sharded else [])
         for axis in axes:
             if _size(self.mesh, axis) > 1:
                 ddp.all_reduce_gradients_flat(dense, group=self.mesh.group(axis))

@@ -233,7 +233,7 @@ def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
         )
 
 
-def fsdp_microbatch_rank(ctx, shape, data, options):
+def recorded_step_rank(ctx, shape, data, options):
     """Train one step on ``shape``, recording it: the training record plus the collectives and the dp group."""
     with CommRecorder() as rec:
         out = training_rank(ctx, shape, DENSE, data, options)
@@ -250,7 +250,7 @@ def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size
     shape, options = {"dp": 2, "pp": 2}, {"data_parallel": "fsdp", "num_microbatches": 4}
     data = batches(DENSE, steps=1, batch=8)
     losses, state = dense_training(DENSE, data, options=options)
-    outs = run_ranks(world_size, fsdp_microbatch_rank, shape, data, options)
+    outs = run_ranks(world_size, recorded_step_rank, shape, data, options)
     check_training(outs, shape, losses, state, f"mesh pp2×dp2 {options}")
     per_stage = DENSE.n_layers // 2 + 1  # this stage's blocks (one unit each), then embed (stage 0) or head.out
     for rank, out in enumerate(outs):
@@ -260,6 +260,25 @@ def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size
             f"rank {rank} (pp stage {out['coords']['pp']}): one step with 4 microbatches made {got} reduce-scatters "
             f"over dp {sorted(dp)}; expected {per_stage}: one per block (FSDP units), one for the embedding or head "
             f"weight, on the last microbatch only (set_requires_gradient_sync, §11.2):\n{format_events(out['events'])}"
+        )
+
+
+@pytest.mark.task11_3
+@pytest.mark.world_sizes(2)
+def test_ddp_all_reduces_over_dp_during_backward(world_size):
+    """dp2 under "ddp", one microbatch: the gradients' dp all-reduces are Part 2's buckets, launched during backward
+    (train_step's docstring), not one flat all-reduce after it; and the step still trains like one process."""
+    shape = {"dp": 2}
+    data = batches(DENSE, steps=1, batch=4)
+    losses, state = dense_training(DENSE, data)
+    outs = run_ranks(world_size, recorded_step_rank, shape, data, {})
+    check_training(outs, shape, losses, state, "mesh dp2 (ddp)")
+    for rank, out in enumerate(outs):
+        dp = set(out["dp"])
+        grads = [e for e in out["events"] if kind(e) == "all_reduce" and set(e.group_ranks) == dp and e.numel > 1]
+        assert grads and all(e.in_backward for e in grads), (
+            f"rank {rank}: the gradient all-reduces over dp {sorted(dp)} must start during backward (DDPBucketed's "
+            f"hooks), got {[(e.numel, e.in_backward) for e in grads]}:\n{format_events(out['events'])}"
         )
 
 
