@@ -168,11 +168,11 @@ class DeviceFaithfulMode(TorchFunctionMode):
             frame = frame.f_back
         if frame is None or frame.f_code.co_filename.startswith(_TORCH_DIR):
             return None
-        if frame.f_code.co_filename.startswith(_WATCHED):  # a generated module that is watched code
-            return f"{frame.f_code.co_filename}:{frame.f_lineno} (in {frame.f_code.co_name})"
-        name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith(self.watched) or name.startswith(_VENVS):
+        generated = frame.f_code.co_filename.startswith(_WATCHED)  # a generated module that is watched code
+        name = frame.f_code.co_filename if generated else os.path.abspath(frame.f_code.co_filename)
+        if not generated and (not name.startswith(self.watched) or name.startswith(_VENVS)):
             return None
+        # A constructor making fresh parameters, as nn.Linear does, is exempt in watched code of either kind.
         if not fresh_modules_too and _builds_fresh_module(frame):
             return None
         return f"{_shown(name)}:{frame.f_lineno} (in {frame.f_code.co_name})"

@@ -541,7 +541,7 @@ MUTANTS = [
         "Parameters assigned to ranks at random: each rank draws its own assignment (torch is seeded "
         "differently on each rank), so some parameters have two owners and some none",
         old="            self._owner[p] = owner",
-        new="            self._owner[p] = int(torch.randint(self._world, ()))  # Bug: not the same on every rank.",
+        new="            self._owner[p] = int(torch.randint(self._world, (), device='cpu'))  # Bug: differs per rank.",
         caught_by=ZERO("exactly_one_owner", "not ids, hashes or random"),
     ),
     Mutant(
