@@ -18,7 +18,6 @@ and the rest still run. Points come from scripts/grading/rubric.toml.
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import hashlib
 import json
@@ -39,7 +38,7 @@ from scripts.grading.rubric import DEFAULT_TIMEOUT_S, RUBRIC_PATH, Rubric, load_
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded
 from scripts.grading.staff import path_of
-from scripts.grading.summary import STAFF_LOG, SUMMARY_JSON, headline, read_results, write_summary
+from scripts.grading.summary import STAFF_LOG, SUMMARY_JSON, headline, read_results, write_grades_csv, write_summary
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
@@ -401,10 +400,7 @@ def _batch(args) -> int:
     rows.sort(key=lambda r: r["submission"])
     columns = list(dict.fromkeys(k for r in rows for k in r))
     if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, columns, restval="")
-            writer.writeheader()
-            writer.writerows(rows)
+        write_grades_csv(rows, args.csv)
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")

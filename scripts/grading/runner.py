@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cs336_systems import platform_support
 from scripts.grading import channel
 from scripts.grading.sandbox import PLUGIN_NAME, StaffFiles, Submission, build_sandbox, kit_of_run
 from scripts.grading.staff import STAFF_TESTS
@@ -74,27 +75,10 @@ class RunRecord:
 # -- processes -----------------------------------------------------------------------------------------
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(name))
-    return children
-
-
 def descendants(pid: int | None = None) -> list[int]:
-    children, out, todo = _children_map(), [], [pid or os.getpid()]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    """Every living process below ``pid`` (default: this one), read by the kit's one process scan (``/proc`` on
+    Linux, ``ps`` on macOS)."""
+    return platform_support.descendants(pid or os.getpid())
 
 
 def _reap() -> None:

@@ -30,6 +30,7 @@ same failure).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import sys
@@ -300,6 +301,17 @@ def draw_dashboard(s: dict, path: Path, rows: int = 20) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_grades_csv(rows: list[dict], path: Path) -> list[str]:
+    """One row per submission into ``path`` (the batch's CSV; the cluster's ``collect`` writes the same), columns in
+    the order the rows first name them; returns the columns."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return columns
 
 
 def write_summary(results: dict[str, dict], out_dir: Path, staff_logs: dict[str, str] | None = None) -> dict:

@@ -9,13 +9,12 @@ what ``gpu_results pack EXPORT R`` reads. Only counted results are collected (st
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
 from scripts.grading.cluster.shards import export_submissions
 from scripts.grading.cluster.store import Store
-from scripts.grading.summary import SUMMARY_MD, write_summary
+from scripts.grading.summary import SUMMARY_MD, write_grades_csv, write_summary
 
 
 def collect(store: Store, csv_path: Path | None) -> int:
@@ -26,11 +25,7 @@ def collect(store: Store, csv_path: Path | None) -> int:
     rows = [records[n]["row"] for n in sorted(records) if records[n]]
     results = {n: json.loads(store.results_path(n).read_text()) for n in sorted(records) if records[n]}
     csv_path = csv_path or store.root / "grades.csv"
-    columns = list(dict.fromkeys(k for r in rows for k in r))  # as the batch orders them
-    with open(csv_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, columns, restval="")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_grades_csv(rows, csv_path)  # as the batch writes them
     write_summary(results, store.root)
     print(f"{csv_path}: {len(rows)} rows; dashboard: {store.root / SUMMARY_MD}")
     print(f"for Gradescope: python -m scripts.grading.gpu_results pack {export} {store.root} --out "
