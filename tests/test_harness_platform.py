@@ -83,6 +83,7 @@ def test_a_missing_interface_is_one_line_naming_it_and_the_fix(wanted):
 
 
 def test_no_loopback_is_one_line_saying_to_set_the_variable():
+    """A machine with no loopback interface: one line that says to set GLOO_SOCKET_IFNAME."""
     with pytest.raises(GlooInterfaceError, match="set GLOO_SOCKET_IFNAME") as info:
         gloo_interface({}, ["eth0", "wlan0"])
     assert "\n" not in str(info.value)
@@ -118,6 +119,7 @@ def test_every_later_test_gets_the_same_line_once_gloo_could_not_start(monkeypat
 
 
 def test_the_start_method_is_fork_on_linux_and_spawn_on_macos(forced):
+    """Ranks are forked on Linux and spawned on macOS (fork is unsafe once macOS frameworks are loaded)."""
     assert platform_support.start_method() == {"linux": "fork", "macos": "spawn"}[forced]
 
 
@@ -178,12 +180,14 @@ def _interface_job(rank) -> str | None:
 
 
 def test_the_launchers_ranks_use_the_interface_platform_support_picks():
+    """A rank the launcher starts sees the interface platform_support picked in GLOO_SOCKET_IFNAME."""
     outcomes = launcher.launch(_interface_job, 1, deadline=120)
     assert outcomes[0].ok, launcher.describe_outcomes(outcomes)
     assert outcomes[0].value == gloo_interface()
 
 
 def test_the_launcher_refuses_a_missing_interface_before_starting_a_rank(monkeypatch):
+    """A GLOO_SOCKET_IFNAME naming no interface here fails in the parent, naming it, before any rank starts."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "cs336nosuchif0")
     with pytest.raises(GlooInterfaceError, match="'cs336nosuchif0'"):
         launcher.launch(_interface_job, 2)
