@@ -287,12 +287,15 @@ class DDPBucketed(nn.Module):
             self._launch(bucket)
 
     def _launch(self, bucket: _Bucket) -> None:
-        for j, p in enumerate(bucket.params):
-            piece = bucket.buffer[bucket.offsets[j] : bucket.offsets[j + 1]]  # (p.numel(),)
-            if j in bucket.ready:
-                piece.copy_(p.grad.reshape(-1))
-            else:
-                piece.zero_()  # no grad this step: contribute nothing, but keep the layout
+        if len(bucket.ready) == len(bucket.params):  # the usual case: one packing op for the bucket
+            torch.cat([p.grad.reshape(-1) for p in bucket.params], out=bucket.buffer)
+        else:
+            for j, p in enumerate(bucket.params):
+                piece = bucket.buffer[bucket.offsets[j] : bucket.offsets[j + 1]]  # (p.numel(),)
+                if j in bucket.ready:
+                    piece.copy_(p.grad.reshape(-1))
+                else:
+                    piece.zero_()  # no grad this step: contribute nothing, but keep the layout
         bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
 
     # END SOLUTION
@@ -314,9 +317,9 @@ class DDPBucketed(nn.Module):
                 continue
             b.work.wait()
             b.buffer.div_(self.world_size)
-            for j in sorted(b.ready):
-                grad = b.params[j].grad
-                grad.copy_(b.buffer[b.offsets[j] : b.offsets[j + 1]].view(grad.shape))
+            ready = sorted(b.ready)
+            grads = [b.params[j].grad for j in ready]
+            torch._foreach_copy_(grads, [b.buffer[b.offsets[j] : b.offsets[j + 1]].view(g.shape) for j, g in zip(ready, grads)])
             b.ready.clear()
             b.work = None
         # END SOLUTION

@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     ap.add_argument("--microbatches", type=int, default=4, help="pp2: microbatches per step, both (default 4)")
     ap.add_argument("--schedule", default="1f1b", choices=["1f1b", "gpipe", "interleaved"],
                     help="pp2: both; interleaved: 2 chunks per rank (default 1f1b)")  # fmt: skip
-    ap.add_argument("--steps", type=int, default=8, help="timed rounds (default 8)")
+    ap.add_argument("--steps", type=int, default=20, help="timed rounds (default 20: intervals of a few %%)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument(
         "--peak-tflops",
