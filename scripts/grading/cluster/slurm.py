@@ -18,6 +18,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+from cs336_systems import platform_support
 from scripts.grading.cluster.shards import export_submissions
 from scripts.grading.cluster.store import Store
 
@@ -69,10 +70,11 @@ def task_states(store: Store) -> tuple[dict[str, str], dict[str, str], str]:
     slurm = [a["job_id"] for a in store.arrays if a["cluster"] == "slurm"]
     found, source = _slurm_states(slurm) if slurm else ({}, "no Slurm array")
     states, nodes = {}, {}
+    alive = platform_support.process_parents() if any(a["cluster"] == "local" for a in store.arrays) else {}
     for a in store.arrays:
         for task in a["task_ids"]:
-            if a["cluster"] == "local":
-                states[task] = "RUNNING" if Path(f"/proc/{task}").exists() else "ENDED"
+            if a["cluster"] == "local":  # /proc on Linux, ps on macOS: the kit's one process scan
+                states[task] = "RUNNING" if task.isdigit() and int(task) in alive else "ENDED"
             elif task in found:
                 states[task], nodes[task] = found[task]
             else:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,75 @@ def test_shards_hold_each_submission_once_the_same_way_every_time_and_balanced(c
                                                 ("1-00", 1440), ("1-2:30", 1590), ("0-0:0:1", 1)])  # fmt: skip
 def test_time_takes_slurms_formats_in_whole_minutes_rounded_up(text, expected):
     assert minutes(text) == expected
+
+
+SACCT = """41_0|COMPLETED|node1
+41_1|CANCELLED by 0|node2
+41_2|NODE_FAIL|node3
+41_3|RUNNING|node1
+41_[4-5%2]|PENDING|
+41_6|REQUEUED|node2
+"""
+
+
+def _fake_slurm(tmp_path: Path, monkeypatch, sacct: str | None, squeue: str) -> None:
+    """``sacct`` and ``squeue`` on PATH that print the given lines (``sacct`` None: no accounting, exit 1)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    for tool, text in (("sacct", sacct), ("squeue", squeue)):
+        body = "exit 1" if text is None else f"cat <<'EOF'\n{text}EOF"
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
+def _store_with_array(tmp_path: Path, tasks: list[list[str]]):
+    from scripts.grading.cluster.store import Store
+
+    export = tmp_path / "export"
+    for name in (n for shard in tasks for n in shard):
+        (export / name).mkdir(parents=True)
+    store = Store(tmp_path / "R")
+    store.save_config({"export": str(export), "grader_args": GRADER_ARGS, "options": {"cluster": "slurm"}})
+    store.add_array("41", [f"41_{k}" for k in range(len(tasks))], tasks, "submit")
+    return store
+
+
+def test_status_reads_sacct_states_nodes_and_pending_ranges(tmp_path, monkeypatch):
+    """sacct's lines become each task's state and node: "CANCELLED by 0" is CANCELLED, a pending range
+    ``41_[4-5%2]`` names tasks 4 and 5, a requeued task is still live; a submission whose task was cancelled
+    while grading it is failed, one whose task ended without starting it pending for ``resubmit --missing``."""
+    from scripts.grading.cluster import slurm
+
+    _fake_slurm(tmp_path, monkeypatch, SACCT, squeue="")
+    store = _store_with_array(tmp_path, [["a"], ["b"], ["c"], ["d"], ["e"], ["f"], ["g"]])
+    store.mark_running("b", "41_1")
+    states, nodes, source = slurm.task_states(store)
+    assert source == "sacct"
+    assert states == {"41_0": "COMPLETED", "41_1": "CANCELLED", "41_2": "NODE_FAIL", "41_3": "RUNNING",
+                      "41_4": "PENDING", "41_5": "PENDING", "41_6": "REQUEUED"}  # fmt: skip
+    assert nodes["41_2"] == "node3" and nodes["41_4"] == ""
+    assert slurm.queued_names(store) == {"d", "e", "f", "g"}, "running, pending and requeued tasks still grade theirs"
+    status = {n: slurm.submission_status(store, n, f"41_{k}", states) for k, n in enumerate("abcdefg")}
+    assert status["b"] == "failed (task 41_1 cancelled while grading it)"
+    assert status["a"] == "pending (task 41_0 ended without it: resubmit --missing)"
+    assert status["c"].startswith("pending (task 41_2 ended")
+    assert status["e"] == status["g"] == "pending"
+
+
+def test_status_without_accounting_takes_the_queue_and_calls_the_rest_ended(tmp_path, monkeypatch):
+    """No accounting (sacct fails, as on the test's one-node Slurm): squeue's tasks keep their state, a task the
+    queue no longer lists has ENDED; nothing answering at all leaves every task UNKNOWN, saying so."""
+    from scripts.grading.cluster import slurm
+
+    _fake_slurm(tmp_path, monkeypatch, None, squeue="41_1|RUNNING|node1\n41_[2]|PENDING|\n")
+    store = _store_with_array(tmp_path, [["a"], ["b"], ["c"]])
+    states, nodes, source = slurm.task_states(store)
+    assert source == "squeue (no accounting)"
+    assert states == {"41_0": "ENDED", "41_1": "RUNNING", "41_2": "PENDING"} and nodes["41_1"] == "node1"
+    _fake_slurm(tmp_path / "none", monkeypatch, None, squeue=None)
+    states, _, source = slurm.task_states(store)
+    assert source.startswith("no Slurm answered") and set(states.values()) == {"UNKNOWN"}
 
 
 # -- on a real Slurm ------------------------------------------------------------------------------------------
