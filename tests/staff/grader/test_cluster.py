@@ -14,7 +14,9 @@ The Slurm test starts ``munged``, ``slurmctld`` and ``slurmd`` in a temporary fo
 (scripts/grading/cluster/local_slurm.py), submits one array of four tasks (one submission each; the node takes one
 exclusive task at a time), cancels the task grading one submission mid-grade, checks that ``status`` calls it
 failed, resubmits what is missing and checks every submission graded exactly once (the grades log) with the
-batch's grades. It skips, saying why, where Slurm is not installed or cannot start (not root, no Debian).
+batch's grades. A second Slurm test preempts as Slurm does: ``scontrol requeue`` kills a one-task array mid-shard
+and queues it again; the rerun skips what it graded. They skip, saying why, where Slurm is not installed or
+cannot start (not root, no Debian). sacct's and squeue's answers are also parsed from canned lines.
 The local test needs no Slurm: two tasks on this machine, a half-written result that must not count, a second
 ``submit`` that grades nothing, and a changed submission that ``resubmit --missing`` grades again alone.
 
@@ -298,6 +300,40 @@ def test_slurm_array_survives_a_cancelled_task_and_grades_as_one_node_does(slurm
     assert sorted(p.name for p in results.glob("*.json") if p.name != "summary.json") == sorted(
         f"{Path(n).stem}.json" for n in names
     )
+
+
+def test_slurm_requeued_task_skips_what_it_graded_before(slurm, repo, export, batch, tmp_path):
+    """Preemption as Slurm does it: one task holds all four submissions; once it has graded one and started
+    another, ``scontrol requeue`` kills it and queues it again under the same id. The rerun skips what counts,
+    grades the rest (the interrupted one from the start), and no resubmit is needed: each graded once."""
+    results = tmp_path / "R"
+    cli = ("scripts.grading.cluster",)
+    array = _array_of(_cli(repo, *cli, "submit", str(export), "--results-dir", str(results), "--nodes", "1",
+                           "--time", "15", "--", *GRADER_ARGS, env=slurm))  # fmt: skip
+    meta = results / ".cluster"
+    _wait("a first grade and a second started",
+          lambda: (meta / "graded.log").exists() and any((meta / "running").glob("*.json")), 240)  # fmt: skip
+    first = (meta / "graded.log").read_text().split()[3]
+    task = json.loads((results / ".cluster" / "arrays.json").read_text())[0]["task_ids"][0]
+    time.sleep(2)
+    subprocess.run(["scontrol", "requeue", task], env=slurm, check=True)
+    # Slurm holds a requeued job back two minutes (its BeginTime), set once the killed run has ended; the test
+    # releases it then (a preempted task's wait is the cluster's own).
+    def held() -> bool:
+        out = subprocess.run(["squeue", "-h", "-j", task, "-o", "%r"], env=slurm, capture_output=True, text=True)
+        return out.stdout.strip() == "BeginTime"
+
+    _wait("the requeued task held for its begin time", held, 60)
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], env=slurm, check=True)
+    _wait("the requeued task to start again", lambda: not _array_ended(slurm, array), 30)
+    _wait(f"array {array} to end", lambda: _array_ended(slurm, array), 300)
+    names = sorted(p.name for p in export.iterdir())
+    assert _graded_once(results) == Counter(names), "a submission was graded twice, or not at all"
+    logs = "".join(p.read_text() for p in meta.glob("logs/**/*_log.out"))  # submitit's: both runs of the task
+    assert f"{first}: already graded, skipped" in logs, f"the rerun did not skip {first}:\n{logs[-2000:]}"
+    collected = _cli(repo, *cli, "collect", str(results), env=slurm)
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert_same_as_batch(results, batch, names)
 
 
 # -- on the local executor ------------------------------------------------------------------------------------
