@@ -51,7 +51,7 @@ __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTran
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
-DDP_BUCKET_MB = 2.0  # "ddp" buckets: a few blocks of a small model each; fewer all-reduces cost less on gloo
+DDP_BUCKET_MB = 25.0  # "ddp" buckets: torch DDP's default cap
 
 
 # BEGIN SOLUTION

@@ -34,7 +34,7 @@ launch: parameters, gradients, optimizer state, activations and the runtime; on 
 and the ratio theirs/ours of step times with a 90% bootstrap interval (>1: ours is faster). On CUDA the
 memory column is ``torch.cuda.max_memory_allocated`` during the scheme's two runs and a last column gives our run's MFU
 (``accounting.mfu``: 6ND FLOPs per token against ``--peak-tflops`` per GPU; not yet run on a GPU).
-The default took 54 s on a 2-core machine (load average 8, shared). Writes out/bench_parallelize.{csv,png}.
+The default took 60 s on a quiet 2-core machine. Writes out/bench_parallelize.{csv,png}.
 """
 
 from __future__ import annotations
