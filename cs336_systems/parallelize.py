@@ -45,7 +45,7 @@ __all__ = ["ParallelAttention", "ParallelSwiGLU", "ParallelBlock", "ParallelTran
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 DATA_PARALLEL = ("ddp", "zero1", "fsdp", "hsdp")
-DDP_BUCKET_MB = 1.0  # "ddp" buckets: about one block of a small model each, so the first ones overlap backward
+DDP_BUCKET_MB = 25.0  # "ddp" buckets: torch DDP's default cap
 
 
 # ---------------------------------------------------------------------------------------------

@@ -317,6 +317,7 @@ def test_slurm_requeued_task_skips_what_it_graded_before(slurm, repo, export, ba
     task = json.loads((results / ".cluster" / "arrays.json").read_text())[0]["task_ids"][0]
     time.sleep(2)
     subprocess.run(["scontrol", "requeue", task], env=slurm, check=True)
+
     # Slurm holds a requeued job back two minutes (its BeginTime), set once the killed run has ended; the test
     # releases it then (a preempted task's wait is the cluster's own).
     def held() -> bool:
