@@ -317,8 +317,9 @@ class DDPBucketed(nn.Module):
                 continue
             b.work.wait()
             b.buffer.div_(self.world_size)
-            grads = [b.params[j].grad for j in sorted(b.ready)]
-            averages = [b.buffer[b.offsets[j] : b.offsets[j + 1]].view(b.params[j].shape) for j in sorted(b.ready)]
+            ready = sorted(b.ready)
+            grads = [b.params[j].grad for j in ready]
+            averages = [b.buffer[b.offsets[j] : b.offsets[j + 1]].view(b.params[j].shape) for j in ready]
             torch._foreach_copy_(grads, averages)  # one call for the bucket, not one copy per parameter
             b.ready.clear()
             b.work = None

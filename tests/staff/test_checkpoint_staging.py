@@ -33,6 +33,8 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
 
 
 def test_staged_copies_are_views_of_one_buffer_that_the_next_save_reuses():
+    """Each staged copy equals its tensor at staging time, is an aligned view of one buffer, and a released
+    buffer is leased again to the next save (one allocation)."""
     staging = C._HostStaging(pin=False)
     tensors = {"a": torch.arange(10.0), "b": torch.ones(3, 4, dtype=torch.bfloat16), "c": torch.tensor(3)}
     buffer, copies = staging.stage(tensors)
@@ -49,6 +51,8 @@ def test_staged_copies_are_views_of_one_buffer_that_the_next_save_reuses():
 
 
 def test_a_save_that_needs_more_grows_the_buffer_and_later_saves_reuse_it():
+    """A save larger than the free buffer gets a grown one; smaller and equal saves after it reuse that buffer
+    (two allocations in all)."""
     staging = C._HostStaging(pin=False)
     small, _ = staging.stage({"a": torch.ones(100)})
     staging.release(small)
@@ -64,6 +68,8 @@ def test_a_save_that_needs_more_grows_the_buffer_and_later_saves_reuse_it():
 
 
 def test_two_saves_in_flight_never_share_a_buffer():
+    """A second save while the first still holds its buffer gets memory of its own (the first's staged values
+    survive); once both are released, the next two saves reuse those two buffers."""
     staging = C._HostStaging(pin=False)
     first, copies_1 = staging.stage({"a": torch.zeros(1000)})
     second, copies_2 = staging.stage({"a": torch.ones(1000)})  # the first is not released: still being written
@@ -79,6 +85,8 @@ def test_two_saves_in_flight_never_share_a_buffer():
 
 
 def test_a_failed_staging_gives_its_buffer_back():
+    """A staging that raises part-way (a meta tensor) returns its buffer to the pool: the next save allocates
+    nothing new."""
     staging = C._HostStaging(pin=False)
     with pytest.raises((RuntimeError, NotImplementedError)):  # a meta tensor has no data to copy
         staging.stage({"a": torch.ones(4), "bad": torch.empty(3, device="meta")})
@@ -87,6 +95,7 @@ def test_a_failed_staging_gives_its_buffer_back():
 
 
 def test_nothing_to_stage_leases_nothing_and_cpu_tensors_are_not_pinned():
+    """An empty state leases no buffer; CPU tensors (pin=None) are staged in unpinned memory."""
     staging = C._HostStaging()
     assert staging.stage({}) == (None, {}) and staging.allocations == 0
     buffer, _ = staging.stage({"a": torch.ones(4)})
@@ -116,6 +125,8 @@ def test_async_checkpointer_stages_through_one_buffer_released_after_each_write(
 
 
 def test_async_checkpointer_gives_the_buffer_back_when_the_write_fails(tmp_path, monkeypatch):
+    """A background write that fails (an unpicklable value) still releases its staging buffer, which the next
+    save reuses."""
     monkeypatch.setattr(C, "_pinned_staging", lambda t: True)
     ckpt = C.AsyncCheckpointer(tmp_path)
     ckpt.save(_state(1.0) | {"f": lambda: 0}, 1)  # unpicklable: the background save raises ValueError
@@ -128,6 +139,7 @@ def test_async_checkpointer_gives_the_buffer_back_when_the_write_fails(tmp_path,
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (pinned staging)")
 def test_cuda_tensors_are_staged_in_pinned_memory_and_saved_exactly(tmp_path):
+    """On a GPU: two async saves of CUDA tensors stage through one pinned buffer, kept for the next save."""
     ckpt = C.AsyncCheckpointer(tmp_path)
     state = {k: (C.Shard(v.local.cuda(), v.global_shape, v.offsets) if isinstance(v, C.Shard) else v.cuda())
              for k, v in _state(1.0).items()}  # fmt: skip
