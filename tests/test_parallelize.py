@@ -44,12 +44,13 @@ from tests.oracles.transformer import (
 # Which meshes each task's test trains (the others' parts must work too: the whole step runs). At 2 and 4 ranks
 # every feature meets the others it must compose with: contiguous CP beside zigzag, an MoE beside TP and CP,
 # ZeRO-1 under a pipeline, HSDP (replica d·fsdp + f), FSDP over the dp group of a dp2×ep2 mesh, and the experts'
-# dp average under DDP. The table's other meshes (tp4, ZeRO-1 beside TP, GPipe) are the hidden tests'.
+# dp average under DDP, DDP's bucketed dp average beside the tp sum (dp2×tp2, one microbatch). The table's other
+# meshes (tp4, ZeRO-1 beside TP, GPipe) are the hidden tests'.
 TASK_MESHES = {
     "task11_1": ["one", "tp2", "cp2", "cp2-contiguous", "ep2", "tp2-moe", "ep2xtp2", "ep2xcp2"],
     "task11_2": ["pp2", "fsdp2", "pp2xtp2", "pp2xcp2-interleaved", "pp2xep2", "dp2xpp2-zero1", "dp2xfsdp2-hsdp"],
-    "task11_3": ["dp2", "cp2xtp2", "dp2xep2", "dp2xep2-fsdp", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8", "pp2xep2xdp2",
-                 "dp2xpp2xcp2"],
+    "task11_3": ["dp2", "cp2xtp2", "dp2xtp2", "dp2xep2", "dp2xep2-fsdp", "tp2xcp2xdp2", "pp2xtp2xdp2", "fsdp8",
+                 "pp2xep2xdp2", "dp2xpp2xcp2"],
 }  # fmt: skip
 
 
@@ -90,8 +91,8 @@ def test_pipeline_stages_and_data_parallelism_train_like_one_process(world_size)
 
 @pytest.mark.task11_3
 def test_composed_meshes_train_like_one_process(world_size):
-    """DP, CP×TP, DP×EP (DDP, FSDP), 3-D meshes with PP, EP, FSDP (DP×TP at other sizes): every loss and parameter
-    as one process."""
+    """DP, CP×TP, DP×TP (DDP's buckets beside the tp sum), DP×EP (DDP, FSDP), 3-D meshes with PP, EP, FSDP (DP×TP at
+    other sizes): every loss and parameter as one process."""
     _train_meshes(world_size, "task11_3")
 
 

@@ -49,6 +49,7 @@ MESHES: dict[str, tuple[dict[str, int], str, dict]] = {
     "tp4": ({"tp": 4}, "dense", {}),
     "cp2xtp2": ({"cp": 2, "tp": 2}, "dense", {}),
     "dp2xtp2-zero1": ({"dp": 2, "tp": 2}, "dense", {"data_parallel": "zero1"}),
+    "dp2xtp2": ({"dp": 2, "tp": 2}, "dense", SGD),
     "pp2xtp2": ({"pp": 2, "tp": 2}, "dense", {"num_microbatches": 2}),
     "pp2xcp2-interleaved": ({"pp": 2, "cp": 2}, "dense", {"num_microbatches": 2, "schedule": "interleaved",
                                                           "num_chunks": 2}),

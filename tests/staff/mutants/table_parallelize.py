@@ -400,4 +400,39 @@ MUTANTS = [
         new="if True:",
         caught_by=P11("ddp_all_reduces_over_dp_during_backward", "must start during backward", world_sizes="2"),
     ),
+    # -- issue 54: what only a world size of 8 caught, or nothing --------------------------------------------------
+    Mutant(
+        "parallelize_ddp_buckets_collected_after_tp_sum",
+        "parallelize",
+        "under ddp the bucketed dp averages are collected after the tp sum: they overwrite the summed grads",
+        old=(
+            "            self._bucketed.finish_gradient_synchronization()\n"
+            '            axes.remove("dp")\n'
+            "        params = [p for c in self.chunks for p in c.parameters()]\n"
+            "        for p in params:  # an expert no token reached, or a chunk that saw no loss term: "
+            "zeros, same layout\n"
+            "            if p.grad is None:\n"
+            "                p.grad = torch.zeros_like(p)\n"
+            "        if self.tp > 1 and self._tp_summed:\n"
+            "            flat = torch.cat([p.grad.reshape(-1) for p in self._tp_summed])\n"
+            '            dist.all_reduce(flat, group=self.mesh.group("tp"))\n'
+            "            for p, g in zip(self._tp_summed, flat.split([p.numel() for p in self._tp_summed])):\n"
+            "                p.grad.copy_(g.view_as(p))\n"
+        ),
+        new=(
+            '            axes.remove("dp")\n'
+            "        params = [p for c in self.chunks for p in c.parameters()]\n"
+            "        for p in params:\n"
+            "            if p.grad is None:\n"
+            "                p.grad = torch.zeros_like(p)\n"
+            "        if self.tp > 1 and self._tp_summed:\n"
+            "            flat = torch.cat([p.grad.reshape(-1) for p in self._tp_summed])\n"
+            '            dist.all_reduce(flat, group=self.mesh.group("tp"))\n'
+            "            for p, g in zip(self._tp_summed, flat.split([p.numel() for p in self._tp_summed])):\n"
+            "                p.grad.copy_(g.view_as(p))\n"
+            "        if self._bucketed is not None:  # collected last: its copy into .grad overwrites the tp sum\n"
+            "            self._bucketed.finish_gradient_synchronization()\n"
+        ),
+        caught_by=P11(COMPOSED, WRONG, world_sizes="4"),
+    ),
 ]
