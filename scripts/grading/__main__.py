@@ -33,10 +33,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from scripts.grading.gpu_results import UPLOAD, lookup, read_graded
+from scripts.grading.fingerprint import UPLOAD, graded_record, read_graded
+from scripts.grading.gpu_results import lookup
 from scripts.grading.rubric import DEFAULT_TIMEOUT_S, RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
-from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded
+from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded, kit_submission
 from scripts.grading.staff import path_of
 from scripts.grading.summary import STAFF_LOG, SUMMARY_JSON, headline, read_results, write_grades_csv, write_summary
 from tests.harness import defaults
@@ -94,10 +95,11 @@ def _case_rows(entry, markers: dict[str, list[str]], limit: int) -> list[list]:
 
 
 def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: float,
-                  settings: dict | None = None) -> dict:  # fmt: skip
+                  settings: dict | None = None, graded: dict | None = None) -> dict:  # fmt: skip
     """Gradescope's results.json. ``extra_data`` keeps what the dashboard and a later ``--merge-into`` need: each
-    entry's id and every case with its outcome and text (``entries``), the notes, and ``settings`` (backend and
-    world sizes the tests ran with)."""
+    entry's id and every case with its outcome and text (``entries``), the notes, ``settings`` (backend and
+    world sizes the tests ran with) and ``graded``: the code graded (``fingerprint.graded_record``: its
+    fingerprint, each file's hash, the modules taken from the submission; absent when it could not be read)."""
     entries, warnings = score(rubric, record.items, record.outcomes)
     markers = {item["nodeid"]: item.get("markers", []) for item in record.items}
     tests, per_part, dashboard = [], {}, []
@@ -132,7 +134,8 @@ def build_results(rubric: Rubric, record: RunRecord, notes: list[str], seconds: 
         "extra_data": {"parts": {n: [round(g, 3), round(m, 3)] for n, (g, m) in per_part.items()},
                        "seconds": {n: round(t, 1) for n, t in record.spent.items()},
                        "warnings": warnings, "restarts": record.restarts, "notes": all_notes,
-                       "settings": settings or {}, "entries": dashboard},
+                       "settings": settings or {}, **({"graded": graded} if graded else {}),
+                       "entries": dashboard},
     }  # fmt: skip
 
 
@@ -295,13 +298,14 @@ def grade_one(args) -> int:
     start = time.monotonic()
     become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    record, notes, kit = RunRecord(), [], None
+    record, notes, kit, graded = RunRecord(), [], None, None
     try:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
         try:
             raw = read_graded(args.submission)  # through a zip left inside a submission folder too
-            node = lookup(args.precomputed, raw) if args.precomputed else None
+            sub = keep_graded(raw, graded_modules(list(kit.parts)))
+            node = lookup(args.precomputed, sub) if args.precomputed else None
             if node is not None:  # graded on the GPU node (scripts/grading/gpu_results.py): its grade stands
                 write_json(args.out, node)
                 print(node.get("output", ""))
@@ -309,7 +313,7 @@ def grade_one(args) -> int:
             if args.precomputed and args.precomputed.exists():
                 notes.append("this submission was not graded on the staff's GPU node (it changed, or came later): "
                              "this grade is Gradescope's CPU run")  # fmt: skip
-            sub = keep_graded(raw, graded_modules(list(kit.parts)))
+            graded = graded_record(kit_submission(sub, list(rubric.parts))[0])  # what the run imports from it
         except SubmissionError as exc:
             notes.append(f"the submission could not be read: {exc}")
             sub = None
@@ -319,7 +323,7 @@ def grade_one(args) -> int:
                 notes.append(f"no part module (collectives.py, ddp.py, ...) was found in the submission: {UPLOAD}")
             staff = StaffFiles.snapshot(REPO)  # read before any student code runs; not for a precomputed grade
             record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
-        results = build_results(rubric, record, notes, time.monotonic() - start, settings_of(args))
+        results = build_results(rubric, record, notes, time.monotonic() - start, settings_of(args), graded)
         code = 0 if record.items else 2
     except Exception:  # noqa: BLE001 - the grader itself failed: say so visibly, never a silent 0
         results = {"score": 0, "execution_time": round(time.monotonic() - start, 1), "tests": [],

@@ -22,62 +22,32 @@ Gradescope grades that submission on its CPU.
 ``--csv`` also writes one row per student (name, SID, email from the export's ``submission_metadata.yml``,
 score, maximum, submission id), for a gradebook or a manual upload where the course prefers it.
 
-The fingerprint covers exactly the bytes the grader grades (``read_graded``: the part modules, chosen the
-same way, through a zip left inside the submission folder too), so renaming the zip or adding a README keeps the
-GPU grade, and changing one graded byte loses it.
+The key is the kit's one fingerprint (scripts/grading/fingerprint.py): exactly the bytes the kit's grade takes from
+the submission (the part modules it grades, chosen the same way, through a zip left inside the submission folder
+too), so renaming the zip or adding a README keeps the GPU grade, and changing one graded byte loses it.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
-import os
 import re
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from scripts.grading.fingerprint import UPLOAD, fingerprint, fingerprint_at, read_graded  # noqa: F401 (UPLOAD)
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric
-from scripts.grading.sandbox import Submission, SubmissionError, read_submission
+from scripts.grading.sandbox import Submission, graded_modules
 
 BUNDLE_NAME = "gpu-results.json"  # its name inside the autograder zip (run_autograder looks for it)
 KIT_RUBRIC = "scripts/grading/rubric.toml"  # the kit's rubric, inside the autograder zip
-UPLOAD = ("upload the submission.zip that `python -m scripts.tools.submission` writes, as it is (Gradescope "
-          "unpacks it): not a folder or another zip around it")  # fmt: skip
 
 
 class PackError(ValueError):
     """The batch's results do not fit the kit they would be delivered in; the message names each difference."""
-
-
-def read_graded(path: Path) -> Submission:
-    """The part modules the grader grades (``read_submission``). A folder that holds none but one zip that does (a
-    student's submission.zip uploaded beside other files, or zipped again, which Gradescope unpacks once) is read
-    through that zip, with a note; with several such zips none is graded, and the notes say what to upload."""
-    sub = read_submission(path)
-    if sub.modules or not path.is_dir():
-        return sub
-    zips = sorted(Path(d) / n for d, _, names in os.walk(path) for n in names if n.lower().endswith(".zip"))
-    inside = []
-    for z in zips:
-        try:
-            inner = read_submission(z)
-        except SubmissionError:
-            continue
-        if inner.modules and not z.is_symlink():
-            inside.append((z.relative_to(path).as_posix(), inner))
-    if len(inside) == 1:
-        name, inner = inside[0]
-        inner.notes.insert(0, f"graded the part modules in {name}, a zip inside your submission; next time {UPLOAD}")
-        return inner
-    if inside:
-        names = ", ".join(n for n, _ in inside)
-        sub.notes.append(f"{len(inside)} zips inside your submission hold part modules ({names}): none was graded; "
-                         f"{UPLOAD}")  # fmt: skip
-    return sub
 
 
 def label(results: dict) -> str:
@@ -120,16 +90,6 @@ def kit_rubric(zip_path: Path | None, rubric: Path) -> Rubric:
         return load_rubric(path)
 
 
-def fingerprint(sub: Submission) -> str:
-    """SHA-256 over the part modules the grader takes from a submission, by module name."""
-    h = hashlib.sha256()
-    for module in sorted(sub.modules):
-        data = sub.modules[module]
-        h.update(f"{module}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest()
-
-
 def read_metadata(export: Path) -> dict[str, list[dict[str, str]]]:
     """``submission_<id>`` -> its submitters (name, sid, email) from Gradescope's ``submission_metadata.yml``.
 
@@ -159,6 +119,7 @@ def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]
     """The bundle (fingerprint -> results) and one CSV row per submitter; ``PackError`` naming every submission
     whose results differ from ``kit`` (parts or maximum) or do not say how they were graded."""
     metadata = read_metadata(export)
+    modules = graded_modules(list(kit.parts))  # what the kit's grade takes from a submission: the bundle's key
     bundle, rows, problems = {}, [], []
     for sub_path in sorted(p for p in export.iterdir() if p.is_dir() or p.suffix == ".zip"):
         result_path = results_dir / f"{sub_path.stem}.json"
@@ -174,7 +135,7 @@ def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]
         except PackError as exc:
             problems.append(f"{sub_path.name}: {exc}")
         problems += [f"{sub_path.name}: {p}" for p in kit_problems(results, kit)]
-        bundle[fingerprint(read_graded(sub_path))] = results
+        bundle[fingerprint_at(sub_path, modules)] = results
         maximum = round(sum(t.get("max_score", 0) for t in results.get("tests", [])), 2)
         for person in metadata.get(sub_path.stem, [{}]):
             rows.append({"name": person.get("name", ""), "sid": person.get("sid", ""),
@@ -188,7 +149,8 @@ def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]
 
 
 def lookup(bundle_path: Path, sub: Submission) -> dict | None:
-    """The node's results for this submission, or None (no bundle, or the submission is not in it)."""
+    """The node's results for this submission (what the kit grades of it: ``keep_graded``), or None (no bundle, or
+    the submission is not in it)."""
     if not bundle_path.exists():
         return None
     return json.loads(bundle_path.read_text()).get(fingerprint(sub))

@@ -154,6 +154,37 @@ def _kit_modules(parts: frozenset[int]) -> dict[str, bytes]:
     return {f"cs336_systems/{m}.py": text.encode() for m, text in subset.subset_stubs(parts).items()}
 
 
+def _kit_parts(part_names) -> frozenset[int] | None:
+    """The handout parts of a kit that a grade of the rubric entries ``part_names`` stands for, or None when the
+    grade is of the whole kit or runs without the reference (the Gradescope zip: its ``cs336_systems`` is its kit's)."""
+    from scripts.grading.subset import module_parts
+
+    owner = module_parts()
+    parts = frozenset(owner[n] for n in part_names if n in owner)
+    if not parts or parts >= set(owner.values()) or not (REPO / "reference_solutions").is_dir():
+        return None
+    return parts
+
+
+def kit_submission(sub: Submission, part_names) -> tuple[Submission, list[str]]:
+    """What a grade of the rubric entries ``part_names`` takes from ``sub`` (see ``kit_of_run``), and notes for
+    the student; the fingerprint of a grade is that of this submission (scripts/grading/fingerprint.py)."""
+    from scripts.grading.subset import given_modules, module_parts
+
+    parts = _kit_parts(part_names)
+    if parts is None:
+        return sub, []
+    owner = module_parts()
+    graded = frozenset(m for m, n in owner.items() if n in parts) | ALWAYS_GRADED
+    if sub.graded is not None:
+        graded &= sub.graded
+    given = given_modules(parts)
+    kept = keep_graded(sub, graded)
+    # Only the given modules a graded test runs are worth a line; other parts' modules are simply not graded.
+    notes = [n for n in kept.notes if n not in sub.notes and n.split(".py", 1)[0] in given]
+    return Submission(kept.modules, sub.notes, graded), notes
+
+
 def kit_of_run(staff: StaffFiles, sub: Submission, part_names) -> tuple[StaffFiles, Submission, list[str]]:
     """The kit that a grade of the rubric entries ``part_names`` stands for: (its staff files, the submission with
     only that kit's modules, notes for the student).
@@ -164,20 +195,11 @@ def kit_of_run(staff: StaffFiles, sub: Submission, part_names) -> tuple[StaffFil
     tasks as stubs and the rest given), never the staff checkout's stub of a module the student was given;
     the submission's copies of modules outside them are ignored. The whole kit, and a grader without the
     reference (the Gradescope zip, whose ``cs336_systems`` is already its kit's), are left as they are."""
-    from scripts.grading.subset import given_modules, module_parts
-
-    owner = module_parts()
-    parts = frozenset(owner[n] for n in part_names if n in owner)
-    if not parts or parts >= set(owner.values()) or not (REPO / "reference_solutions").is_dir():
+    parts = _kit_parts(part_names)
+    if parts is None:
         return staff, sub, []
-    graded = frozenset(m for m, n in owner.items() if n in parts) | ALWAYS_GRADED
-    if sub.graded is not None:
-        graded &= sub.graded
-    given = given_modules(parts)
-    kept = keep_graded(sub, graded)
-    # Only the given modules a graded test runs are worth a line; other parts' modules are simply not graded.
-    notes = [n for n in kept.notes if n not in sub.notes and n.split(".py", 1)[0] in given]
-    return StaffFiles({**staff.files, **_kit_modules(parts)}), Submission(kept.modules, sub.notes, graded), notes
+    kept, notes = kit_submission(sub, part_names)
+    return StaffFiles({**staff.files, **_kit_modules(parts)}), kept, notes
 
 
 @dataclass

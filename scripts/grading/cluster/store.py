@@ -11,7 +11,8 @@
     R/.cluster/work/, R/.cluster/logs/   each grade's scratch folder; submitit's logs, one per task
 
 A result counts only when its ``done`` record and its results JSON are both there, the record's fingerprint is
-that of the submission's graded modules now (``gpu_results.fingerprint``: the key Gradescope's lookup uses) and
+that of the submission's graded modules now (the kit's one fingerprint, scripts/grading/fingerprint.py, over the
+modules the grade took from the submission: what its results record and the key Gradescope's lookup uses) and
 its grader version is that of the checkout reading it (``grader_version``: the grader's sources and arguments).
 The results JSON is moved in (one rename) before the record, so a task killed at any moment leaves either a
 counted result or none: a half-written result never counts.
@@ -26,9 +27,9 @@ import os
 import time
 from pathlib import Path
 
-from scripts.grading.gpu_results import fingerprint
-from scripts.grading.sandbox import SubmissionError, read_submission
+from scripts.grading.fingerprint import fingerprint_at
 from scripts.grading.summary import STAFF_LOG
+from scripts.tools.submission import PART_MODULES
 
 REPO = Path(__file__).resolve().parents[3]
 # What decides a grade besides the submission: the grader, its rubric and tests, the given code. The cluster
@@ -49,13 +50,6 @@ def grader_version(grader_args: list[str]) -> str:
             ):
                 h.update(f"{rel}\0".encode() + path.read_bytes())
     return h.hexdigest()[:16]
-
-
-def submission_fingerprint(path: Path) -> str:
-    try:
-        return fingerprint(read_submission(path))
-    except SubmissionError as exc:
-        return f"unreadable: {exc}"
 
 
 def write_atomic(path: Path, data) -> None:
@@ -118,7 +112,8 @@ class Store:
             return None
         if record.get("grader") != self.version:
             return None
-        if record.get("fingerprint") != submission_fingerprint(Path(self.config["export"]) / name):
+        modules = record.get("modules") or PART_MODULES
+        if record.get("fingerprint") != fingerprint_at(Path(self.config["export"]) / name, modules):
             return None
         return record
 
@@ -137,14 +132,18 @@ class Store:
 
     def record(self, name: str, graded: Path, row: dict, task: str, version: str, fp: str) -> None:
         """Move a finished grade (``graded``: the batch's results folder in the scratch) into R: the staff log,
-        then the results JSON, then the record that makes it count (each one rename, same file system)."""
+        then the results JSON, then the record that makes it count (each one rename, same file system). The
+        record keeps the fingerprint the results recorded of the code they graded (``fp``, read from the export
+        before grading, when they record none: a submission that could not be read)."""
         stem = Path(name).stem
+        code = (_read(graded / f"{stem}.json", {}).get("extra_data") or {}).get("graded") or {}
+        fp, modules = code.get("fingerprint", fp), code.get("modules")
         log = graded / f"{stem}{STAFF_LOG}"
         if log.exists():
             os.replace(log, self.root / log.name)
         os.replace(graded / f"{stem}.json", self.results_path(name))
-        write_atomic(self.meta / "done" / f"{stem}.json", {"submission": name, "fingerprint": fp, "grader": version,
-                                                            "row": row, "task": task,
+        write_atomic(self.meta / "done" / f"{stem}.json", {"submission": name, "fingerprint": fp, "modules": modules,
+                                                            "grader": version, "row": row, "task": task,
                                                             "finished": time.strftime("%F %T")})  # fmt: skip
         self.unmark_running(name)
         with open(self.meta / "graded.log", "a") as f:  # one short append: whole lines even from several nodes

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import submitit
 
-from scripts.grading.cluster.store import REPO, Store, submission_fingerprint
+from scripts.grading.cluster.store import REPO, Store
+from scripts.grading.fingerprint import fingerprint_at
+from scripts.tools.submission import PART_MODULES
 
 
 def task_id() -> str:
@@ -80,7 +82,7 @@ class GradeShard(submitit.helpers.Checkpointable):
                 outcome[name] = "skipped"
                 continue
             print(f"[cluster] {name}: grading (task {me})", flush=True)
-            fp = submission_fingerprint(export / name)  # before grading: what is graded is what is recorded
+            fp = fingerprint_at(export / name, PART_MODULES)  # kept only if the results record none
             store.mark_running(name, me)
             scratch = store.scratch(name, me)
             try:

@@ -343,7 +343,7 @@ def test_slurm_requeued_task_skips_what_it_graded_before(slurm, repo, export, ba
 def test_local_executor_skips_what_counts_and_regrades_what_does_not(repo, export, batch, tmp_path):
     """submitit's local executor, two tasks; a second submit grades nothing; then a half-written result and a
     one-byte change to a graded module each make a grade not count: resubmit --missing grades those two again."""
-    from scripts.grading.cluster.store import submission_fingerprint
+    from scripts.grading.fingerprint import fingerprint_at
 
     local = tmp_path / "export"
     for name in ("alice", "carol"):
@@ -371,9 +371,9 @@ def test_local_executor_skips_what_counts_and_regrades_what_does_not(repo, expor
     # and one changed byte in a graded module (another fingerprint): neither grade counts any more.
     (results / "alice.json").write_text('{"score": 7.0, "tests": [')
     module = local / "carol" / "cs336_systems" / "collectives.py"
-    before = submission_fingerprint(local / "carol")
+    before = fingerprint_at(local / "carol", ["accounting", "collectives"])
     module.write_text(module.read_text() + "# a comment\n")
-    assert submission_fingerprint(local / "carol") != before
+    assert fingerprint_at(local / "carol", ["accounting", "collectives"]) != before
     resubmitted = _cli(repo, *cli, "resubmit", str(results), "--missing", "--nodes", "2")
     assert "2 to resubmit" in resubmitted.stdout, resubmitted.stdout + resubmitted.stderr
     wait_all_ended()
