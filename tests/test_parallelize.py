@@ -244,12 +244,17 @@ def recorded_step_rank(ctx, shape, data, options):
 
 @pytest.mark.task11_3
 @pytest.mark.world_sizes(4)
-def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size):
-    """pp2×dp2 with FSDP and 4 microbatches: each block is one FSDP unit, and gradient sync waits for the last
-    microbatch, so one step reduce-scatters once per block plus once per embedding/head weight over dp (not once
-    per microbatch, not once per linear layer), and still trains like one process."""
+@pytest.mark.parametrize("chunks", [1, 2], ids=["1f1b", "interleaved"])
+def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size, chunks):
+    """pp2×dp2 with FSDP and 4 microbatches (1F1B, or interleaved with 2 chunks per rank): each block is one FSDP
+    unit, and gradient sync waits for each chunk's own last microbatch, so a step reduce-scatters once per block plus
+    once per embedding/head weight over dp (not once per microbatch, not once per linear layer); trains like one
+    process."""
     shape, options = {"dp": 2, "pp": 2}, {"data_parallel": "fsdp", "num_microbatches": 4}
-    data = batches(DENSE, steps=1, batch=8)
+    if chunks > 1:
+        options |= {"schedule": "interleaved", "num_chunks": chunks}
+    steps = 2 if chunks > 1 else 1  # interleaved: a chunk synced on a wrong microbatch shows in the second step
+    data = batches(DENSE, steps=steps, batch=8)
     losses, state = dense_training(DENSE, data, options=options)
     outs = run_ranks(world_size, recorded_step_rank, shape, data, options)
     check_training(outs, shape, losses, state, f"mesh pp2×dp2 {options}")
@@ -257,10 +262,11 @@ def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size
     for rank, out in enumerate(outs):
         dp = set(out["dp"])
         got = sum(kind(e) == "reduce_scatter" and set(e.group_ranks) == dp for e in out["events"])
-        assert got == per_stage, (
-            f"rank {rank} (pp stage {out['coords']['pp']}): one step with 4 microbatches made {got} reduce-scatters "
-            f"over dp {sorted(dp)}; expected {per_stage}: one per block (FSDP units), one for the embedding or head "
-            f"weight, on the last microbatch only (set_requires_gradient_sync, §11.2):\n{format_events(out['events'])}"
+        assert got == steps * per_stage, (
+            f"rank {rank} (pp stage {out['coords']['pp']}): {steps} step(s) with 4 microbatches and {chunks} chunk(s) "
+            f"per rank made {got} reduce-scatters over dp {sorted(dp)}; expected {per_stage} a step: one per block "
+            f"(FSDP units), one for the embedding or head weight, each chunk on its own last microbatch only "
+            f"(set_requires_gradient_sync, §11.2):\n{format_events(out['events'])}"
         )
 
 

@@ -402,6 +402,15 @@ MUTANTS = [
     ),
     # -- issue 54: what only a world size of 8 caught, or nothing --------------------------------------------------
     Mutant(
+        "parallelize_fsdp_forwards_counted_per_rank",
+        "parallelize",
+        "FSDP under microbatches counts forwards per rank, not per chunk: with 2 interleaved chunks a chunk syncs on a "
+        "wrong microbatch, the other never",
+        old="last = self._forwards[i] == self.num_microbatches - 1\n        self._forwards[i] += 1",
+        new="last = self._forwards[0] == self.num_microbatches - 1\n        self._forwards[0] += 1",
+        caught_by=P11(f"{FSDP_UNDER} and interleaved", (*WRONG, "reduce-scatters over dp"), world_sizes="4"),
+    ),
+    Mutant(
         "parallelize_ddp_buckets_collected_after_tp_sum",
         "parallelize",
         "under ddp the bucketed dp averages are collected after the tp sum: they overwrite the summed grads",
