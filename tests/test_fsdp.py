@@ -17,7 +17,7 @@ import torch
 
 from cs336_systems.models import DeepMLP
 from cs336_systems.utils import random_batch
-from tests.harness import assert_ranks_close, run_ranks
+from tests.harness import assert_close, assert_ranks_close, run_ranks
 from tests.harness.bad_input import BadInput, assert_rejected_before_communicating, bad_input_params, bad_input_rank
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
@@ -425,6 +425,107 @@ def test_fsdp_units_free_their_gathered_buffer_after_forward(world_size):
                 f"grads need at most {copies * shards + 1024} at world size {world_size}. Something keeps a "
                 "gathered buffer"
             )
+
+
+class TiedUnitModel(torch.nn.Module):
+    """One unit's worth of Linears: fc4 reuses fc2's weight (tied within the unit), fc2 has a bias (replicated).
+
+    Its trainable weights in ``modules()`` order, the tied one once: fc1 (7, 5), fc2 (9, 7), fc3 (7, 9),
+    fc5 (2, 9), T = 179 elements, a prime: the flat buffer is padded at every world size from 2 to 8."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(5, 7, bias=False)
+        self.fc2 = torch.nn.Linear(7, 9)
+        self.fc3 = torch.nn.Linear(9, 7, bias=False)
+        self.fc4 = torch.nn.Linear(7, 9, bias=False)
+        self.fc4.weight = self.fc2.weight
+        self.fc5 = torch.nn.Linear(9, 2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.tanh(self.fc2(torch.tanh(self.fc1(x))))
+        return self.fc5(torch.tanh(self.fc4(torch.tanh(self.fc3(x)))))
+
+
+LAYOUT_STEPS, LAYOUT_LR = 2, 0.1
+
+
+def layout_batch(step: int, rank: int):
+    gen = torch.Generator().manual_seed(9000 + 100 * step + rank)
+    return torch.randn(3, 5, generator=gen), torch.randn(3, 2, generator=gen)
+
+
+def unit_weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The trainable Linear/Embedding weights of ``model`` in ``modules()`` order, a tied one once."""
+    layers = (m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)))
+    return list({id(m.weight): m.weight for m in layers if m.weight.requires_grad}.values())
+
+
+def layout_rank(ctx):
+    """The whole TiedUnitModel as one unit, SGD: ``flat_shard`` as built, then per step its grad and itself."""
+    fsdp_mod = ctx.load("fsdp")
+    torch.manual_seed(0)
+    model = TiedUnitModel().to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=[model])
+    opt = torch.optim.SGD(fsdp.parameters(), lr=LAYOUT_LR)
+    out = {"built": model.flat_shard.detach().clone(), "steps": []}
+    for step in range(LAYOUT_STEPS):
+        x, y = (t.to(ctx.device) for t in layout_batch(step, ctx.rank))
+        torch.nn.functional.mse_loss(fsdp(x), y).backward()
+        grad = model.flat_shard.grad.detach().clone()
+        opt.step()
+        opt.zero_grad()
+        out["steps"].append({"grad": grad, "shard": model.flat_shard.detach().clone()})
+    return out
+
+
+@pytest.mark.task3_4
+def test_fsdp_unit_flat_shard_is_its_weights_in_order_tied_once_zero_padded_at_the_end(world_size):
+    """A unit's flat_shards, concatenated over ranks, are its weights in modules() order, a tied weight once,
+    then zeros: as built, as its grad and after every step.
+
+    The whole TiedUnitModel is one unit: T = 179 elements (fc4's weight is fc2's, packed once), so each rank's
+    flat_shard has ceil(T/N) elements and the concatenation N*ceil(T/N), padded at every world size from 2 to
+    8. As built it holds rank 0's weights (the seeded model) then zeros; after each backward the
+    concatenated grads hold the mean grads over ranks in the same layout, zeros in the padding (what is
+    reduce-scattered there must be zeros: anything else lands in the last rank's shard and the optimizer
+    steps it); after each SGD step, the plain model's weights on those mean grads, and zeros."""
+    torch.manual_seed(0)
+    model = TiedUnitModel()
+    weights = unit_weights(model)
+    total = sum(w.numel() for w in weights)
+    chunk = -(-total // world_size)
+    opt = torch.optim.SGD(model.parameters(), lr=LAYOUT_LR)
+
+    def flat(tensors):
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    expected = [("as built", "flat_shard", flat(weights))]
+    for step in range(LAYOUT_STEPS):
+        opt.zero_grad()
+        for rank in range(world_size):
+            x, y = layout_batch(step, rank)
+            (torch.nn.functional.mse_loss(model(x), y) / world_size).backward()
+        expected.append((f"after backward {step}", "flat_shard.grad", flat(w.grad for w in weights)))
+        opt.step()
+        expected.append((f"after step {step}", "flat_shard", flat(weights)))
+    outs = run_ranks(world_size, layout_rank)
+    for rank, out in enumerate(outs):
+        assert out["built"].shape == (chunk,), (
+            f"rank {rank}: flat_shard has shape {tuple(out['built'].shape)}; expected ({chunk},) = ceil(T/N) with "
+            f"T = {total}: the unit's trainable weights, fc4's weight tied to fc2's packed once, at world size "
+            f"{world_size}"
+        )
+    got = [torch.cat([o["built"] for o in outs])]
+    for step in range(LAYOUT_STEPS):
+        got += [torch.cat([o["steps"][step][k] for o in outs]) for k in ("grad", "shard")]
+    for (when, what, want), have in zip(expected, got):
+        assert_close(have[:total], want, what=f"{what} over ranks 0..{world_size - 1}, {when}, elements [0, {total})")
+        pad = have[total:]
+        assert torch.equal(pad, torch.zeros_like(pad)), (
+            f"{what} over ranks 0..{world_size - 1}, {when}: the padding [{total}, {world_size * chunk}) holds "
+            f"{pad.tolist()}; it must stay zeros (pad at the end, and pack zeros there in the flat grad)"
+        )
 
 
 # -- bad input ----------------------------------------------------------------------------------------

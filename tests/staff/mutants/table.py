@@ -660,6 +660,33 @@ MUTANTS = [
             "two_fsdp_groups_with_units and deep_mlp", "of [0, 2], deep_mlp, 3 microbatches", world_sizes="4"
         ),  # fmt: skip
     ),
+    Mutant(
+        "fsdp_units_reverse_order",
+        "fsdp",
+        "a unit packs its weights in reverse order (the last layer's first): consistent, so every number is "
+        "right, but flat_shard is not the promised layout",
+        old="weights = list(dict.fromkeys(layer.weight for layer in layers))  # tied within a unit: once; not kept",
+        new="weights = list(dict.fromkeys(layer.weight for layer in layers))[::-1]  # Bug: reverse order",
+        caught_by=FSDP("unit_flat_shard_is", "flat_shard over ranks 0..1, as built"),
+    ),
+    Mutant(
+        "fsdp_units_tied_packed_twice",
+        "fsdp",
+        "a unit packs a weight tied within it twice (one slot per layer): the numbers are right, but T and "
+        "every gather and reduce-scatter of the unit are larger",
+        old="weights = list(dict.fromkeys(layer.weight for layer in layers))  # tied within a unit: once; not kept",
+        new="weights = [layer.weight for layer in layers]  # Bug: a tied weight packed once per layer",
+        caught_by=FSDP("unit_flat_shard_is", "packed once"),
+    ),
+    Mutant(
+        "fsdp_units_grad_padding_garbage",
+        "fsdp",
+        "a unit packs its grads into a torch.empty buffer and never zeroes the padding: whatever memory held "
+        "is reduce-scattered into the last rank's padding, and the optimizer steps it",
+        old="flat[self.total :].zero_()  # the padding: every rank sums zeros there",
+        new="flat[self.total :].fill_(float(self.rank + 1))  # Bug: the padding left as found (stale bytes)",
+        caught_by=FSDP("unit_flat_shard_is", "the padding"),
+    ),
     # -- Part 4: tensor parallelism --------------------------------------------------------------------------
     Mutant(
         "tensor_parallel_hidden_sp_bias_unguarded",
