@@ -234,10 +234,11 @@ def test_each_rank_holds_its_share_of_the_model_states(world_size, name):
         )
 
 
-def recorded_step_rank(ctx, shape, data, options):
-    """Train one step on ``shape``, recording it: the training record plus the collectives and the dp group."""
+def recorded_step_rank(ctx, shape, data, options, cfg=DENSE):
+    """Train ``data``'s steps on ``shape``, recording them: the training record plus the collectives and the dp
+    group."""
     with CommRecorder() as rec:
-        out = training_rank(ctx, shape, DENSE, data, options)
+        out = training_rank(ctx, shape, cfg, data, options)
     M = ctx.load("mesh")
     return {**out, "events": calls(rec.events), "dp": M.ProcessMesh(full_shape(shape)).ranks("dp")}
 
@@ -286,6 +287,33 @@ def test_ddp_all_reduces_over_dp_during_backward(world_size):
         assert grads and all(e.in_backward for e in grads), (
             f"rank {rank}: the gradient all-reduces over dp {sorted(dp)} must start during backward (DDPBucketed's "
             f"hooks), got {[(e.numel, e.in_backward) for e in grads]}:\n{format_events(out['events'])}"
+        )
+
+
+@pytest.mark.task11_3
+@pytest.mark.world_sizes(4)
+def test_ddp_beside_ep_all_reduces_each_gradient_once_over_dp(world_size):
+    """dp2×ep2 under "ddp", one microbatch: over dp a step all-reduces each gradient this rank holds once, the dense
+    ones in DDPBucketed's buckets and the expert-parallel MoE's (router and this rank's experts) in
+    ``all_reduce_moe_gradients`` (train_step's docstring): as many elements as the rank's parameters, not an MoE
+    gradient twice; and it trains like one process."""
+    shape, cfg, options = mesh_case("dp2xep2")
+    data = batches(cfg, steps=1)
+    losses, state = dense_training(cfg, data, options=options)
+    outs = run_ranks(world_size, recorded_step_rank, shape, data, options, cfg)
+    check_training(outs, shape, losses, state, f"mesh dp2×ep2 {options}")
+    params = dict(Transformer(cfg).named_parameters())
+    experts = sum(p.numel() for n, p in params.items() if ".experts." in n)
+    held = sum(p.numel() for p in params.values()) - experts + experts // shape["ep"]  # E/ep experts each
+    for rank, out in enumerate(outs):
+        dp = set(out["dp"])
+        grads = [e for e in out["events"] if kind(e) == "all_reduce" and set(e.group_ranks) == dp and e.numel > 1]
+        got = sum(e.numel for e in grads)
+        assert got == held, (
+            f"rank {rank}: one step all-reduced {got} gradient elements over dp {sorted(dp)}; this rank holds {held} "
+            f"parameter elements ({experts // shape['ep']} of them its experts'), each averaged over dp once: the "
+            f"dense ones by DDPBucketed, the MoE's by all_reduce_moe_gradients alone (more: an MoE gradient "
+            f"all-reduced twice, or a bucket holding the MoE's parameters? §11.3):\n{format_events(out['events'])}"
         )
 
 

@@ -402,6 +402,15 @@ MUTANTS = [
     ),
     # -- issue 54: what only a world size of 8 caught, or nothing --------------------------------------------------
     Mutant(
+        "parallelize_ddp_buckets_hold_the_moe",
+        "parallelize",
+        "under ddp DDPBucketed also averages the expert-parallel MoE's grads over dp, which all_reduce_moe_gradients "
+        "averages over dp again: right values, the MoE's dp traffic doubled",
+        old="dense = _Params([p for p in params if id(p) not in moe_ids])\n        return ddp.DDPBucketed(",
+        new="dense = _Params(params)\n        return ddp.DDPBucketed(",
+        caught_by=P11("ddp_beside_ep", "each averaged over dp once", world_sizes="4"),
+    ),
+    Mutant(
         "parallelize_fsdp_forwards_counted_per_rank",
         "parallelize",
         "FSDP under microbatches counts forwards per rank, not per chunk: with 2 interleaved chunks a chunk syncs on a "
