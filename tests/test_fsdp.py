@@ -22,6 +22,8 @@ from tests.harness.bad_input import BadInput, assert_rejected_before_communicati
 from tests.harness.memory import storage_bytes
 from tests.harness.recorder import CommRecorder, calls, format_events
 from tests.oracles.fsdp import (
+    D_FF,
+    D_MODEL,
     FSDP_LR,
     FSDP_OPTIMIZERS,
     FSDP_STEPS,
@@ -526,6 +528,137 @@ def test_fsdp_unit_flat_shard_is_its_weights_in_order_tied_once_zero_padded_at_t
             f"{what} over ranks 0..{world_size - 1}, {when}: the padding [{total}, {world_size * chunk}) holds "
             f"{pad.tolist()}; it must stay zeros (pad at the end, and pack zeros there in the flat grad)"
         )
+
+
+def bf16_comm_rank(ctx, name: str, with_units: bool):
+    """compute_dtype=bfloat16, ``UNITS[name]`` (or none), one forward and backward with sync on: the calls, the
+    matmuls' dtypes and the output dtype of every Linear and Embedding layer."""
+    fsdp_mod = ctx.load("fsdp")
+    model = make_fsdp_model(name).to(ctx.device)
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))]
+    fsdp = fsdp_mod.FSDP(model, compute_dtype=torch.bfloat16, units=UNITS[name](model) if with_units else None)
+    outputs = []
+    for layer in layers:
+        layer.register_forward_hook(lambda m, args, out: outputs.append((type(m).__name__, str(out.dtype))))
+    x, y = (t.to(ctx.device) for t in fsdp_batch(name, 0, ctx.rank))
+    with CommRecorder() as rec, _MatmulDtypes() as matmuls:
+        torch.nn.functional.mse_loss(fsdp(x), y).backward()
+    return rec.events, sorted(matmuls.dtypes), outputs
+
+
+@pytest.mark.task3_4
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
+@pytest.mark.parametrize("name, with_units", [("deep_mlp", True), ("embedding", True), ("embedding", False)])
+def test_fsdp_bf16_gathers_and_multiplies_in_bf16_and_reduces_in_fp32(world_size, name, with_units):
+    """With compute_dtype=bfloat16, every all-gather (units and single layers, forward and backward) moves
+    bfloat16, every reduce-scatter and all-reduce float32; matmuls run in bfloat16; layers return float32.
+
+    The shard is cast before it is gathered (half the bytes of fp32 on the wire), and the grads are reduced in
+    the shards' dtype. DeepMLP's blocks as units (its head a single layer); the embedding model as one unit
+    and with no unit: the Embedding's int64 indices are not cast, and its output (rows of the bf16 table)
+    comes back in the weight's storage dtype, float32, as a Linear's comes back in its input's."""
+    for rank, (events, matmuls, outputs) in enumerate(run_ranks(world_size, bf16_comm_rank, name, with_units)):
+        where = f"rank {rank}, {name} {'with units' if with_units else 'without units'}, compute_dtype=bfloat16"
+        log = f"\n{where}, calls:\n{format_events(events, limit=60)}"
+        ops = calls(events)
+        gathers = [e.dtype for e in ops if "gather" in e.op]
+        reduced = [e.dtype for e in ops if "reduce" in e.op]
+        assert gathers and set(gathers) == {"bfloat16"}, (
+            f"{where}: all-gathers moved {gathers}; cast the shard to compute_dtype before gathering it, so each "
+            f"gather moves bfloat16 (half fp32's bytes){log}"
+        )
+        assert reduced and set(reduced) == {"float32"}, (
+            f"{where}: reduce-scatters and all-reduces moved {reduced}; grads are reduced in the shards' dtype, "
+            f"float32{log}"
+        )
+        assert matmuls == ["bfloat16"], f"{where}: matmuls ran in {matmuls}, expected ['bfloat16']"
+        wrong = [(kind, dtype) for kind, dtype in outputs if dtype != "torch.float32"]
+        assert not wrong, (
+            f"{where}: layers returned {wrong}; an Embedding returns its weight's storage dtype (float32), a Linear "
+            "its input's (float32 here)"
+        )
+
+
+@pytest.mark.task3_4
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="bf16 units at N >= 2: world size 1 reduces nothing")
+def test_fsdp_bf16_units_with_deferred_sync_match_one_process(world_size):
+    """compute_dtype=bfloat16 with units and 2 microbatches (sync on the last) trains like one process in fp32.
+
+    DeepMLP's blocks as units, SGD: losses and gathered full parameters within bfloat16's tolerance (rtol
+    1.6e-2, atol 1e-2) of one fp32 process on every microbatch of every rank; the unit's flat grad and shard
+    stay fp32, so the sum over microbatches and ranks loses nothing to bfloat16."""
+    outs = run_ranks(world_size, units_train_rank, "deep_mlp", 2, torch.bfloat16)
+    check_units_training(outs, "deep_mlp", 2, rtol=1.6e-2, atol=1e-2)
+
+
+def units_group_rank(ctx, groups: list[list[int]], num_microbatches: int):
+    """Every rank seeds its own DeepMLP (its parameters differ per rank), then FSDP over its group of
+    ``groups`` with the blocks as units, SGD, sync on the last microbatch: per step the loss and full state."""
+    fsdp_mod = ctx.load("fsdp")
+    made = [torch.distributed.new_group(g) for g in groups]
+    group = next(pg for pg, g in zip(made, groups) if ctx.rank in g)
+    torch.manual_seed(100 + ctx.rank)
+    model = DeepMLP(2, D_MODEL, D_FF).to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=UNITS["deep_mlp"](model), group=group)
+    cls, kwargs = FSDP_OPTIMIZERS["sgd"]
+    opt = cls(fsdp.parameters(), **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        loss = 0
+        for m in range(num_microbatches):
+            fsdp.set_requires_gradient_sync(m == num_microbatches - 1)
+            x, y = (t.to(ctx.device) for t in fsdp_batch("deep_mlp", step, ctx.rank * num_microbatches + m))
+            part = torch.nn.functional.mse_loss(fsdp(x), y) / num_microbatches
+            part.backward()
+            loss += part.detach()
+        opt.step()
+        opt.zero_grad()
+        history.append({"loss": loss, "state": fsdp.gather_full_params()})
+    return history
+
+
+def group_oracle(members: list[int], num_microbatches: int):
+    """One process from the group's first rank's model (seed 100 + members[0]): per step each member's loss
+    and the state after SGD on the mean grad over the members' microbatches."""
+    torch.manual_seed(100 + members[0])
+    model = DeepMLP(2, D_MODEL, D_FF)
+    cls, kwargs = FSDP_OPTIMIZERS["sgd"]
+    opt = cls(model.parameters(), **kwargs)
+    history = []
+    for step in range(FSDP_STEPS):
+        opt.zero_grad()
+        losses = []
+        for rank in members:
+            loss = 0
+            for m in range(num_microbatches):
+                x, y = fsdp_batch("deep_mlp", step, rank * num_microbatches + m)
+                part = torch.nn.functional.mse_loss(model(x), y) / num_microbatches
+                (part / len(members)).backward()
+                loss += part.detach()
+            losses.append(loss)
+        opt.step()
+        history.append({"losses": losses, "state": {k: v.clone() for k, v in model.state_dict().items()}})
+    return history
+
+
+@pytest.mark.task3_4
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="a sub-group needs at least 2 ranks")
+def test_fsdp_units_on_a_sub_group_start_from_its_first_rank_and_average_over_it(world_size):
+    """FSDP with units on a sub-group broadcasts the group's first rank's parameters and averages over the group.
+
+    The even and the odd ranks form two groups; every rank seeds its own model, so each group must start from
+    its first rank's (global rank 0 and 1: ``src`` is a global rank) and train, with the blocks as units, 2
+    microbatches and SGD, like one process on the mean grad over its own ranks' microbatches, divided by the
+    group's size, not the world's."""
+    groups = [list(range(0, world_size, 2)), list(range(1, world_size, 2))]
+    outs = run_ranks(world_size, units_group_rank, groups, 2)
+    for members in groups:
+        for step, expected in enumerate(group_oracle(members, 2)):
+            for i, r in enumerate(members):
+                where = f"rank {r} (FSDP group {members}, first rank {members[0]}), step {step}"
+                assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss")
+                for key, value in expected["state"].items():
+                    assert_close(outs[r][step]["state"][key], value, what=f"{where}: {key} after the step")
 
 
 # -- bad input ----------------------------------------------------------------------------------------

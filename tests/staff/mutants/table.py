@@ -656,8 +656,11 @@ MUTANTS = [
         "a unit divides its reduce-scattered grad by the world size, not its group's",
         old="return mine.div_(self.world)",
         new="return mine.div_(dist.get_world_size())",
-        caught_by=FSDP_HIDDEN(
-            "two_fsdp_groups_with_units and deep_mlp", "of [0, 2], deep_mlp, 3 microbatches", world_sizes="4"
+        caught_by=(
+            FSDP("units_on_a_sub_group", "(FSDP group [0, 2], first rank 0), step 0", world_sizes="4"),
+            FSDP_HIDDEN(
+                "two_fsdp_groups_with_units and deep_mlp", "of [0, 2], deep_mlp, 3 microbatches", world_sizes="4"
+            ),
         ),  # fmt: skip
     ),
     Mutant(
@@ -686,6 +689,57 @@ MUTANTS = [
         old="flat[self.total :].zero_()  # the padding: every rank sums zeros there",
         new="flat[self.total :].fill_(float(self.rank + 1))  # Bug: the padding left as found (stale bytes)",
         caught_by=FSDP("unit_flat_shard_is", "the padding"),
+    ),
+    Mutant(
+        "fsdp_units_gather_fp32",
+        "fsdp",
+        "a unit ignores compute_dtype: it gathers its flat buffer in fp32 (twice the bytes on the wire) and "
+        "multiplies in fp32",
+        old="self.dtype = compute_dtype or shard.dtype",
+        new="self.dtype = shard.dtype  # Bug: compute_dtype ignored by units",
+        caught_by=FSDP("bf16_gathers and deep_mlp", "cast the shard to compute_dtype before gathering it"),
+    ),
+    Mutant(
+        "fsdp_units_matmul_fp32",
+        "fsdp",
+        "a unit gathers in bf16 but casts the weight back up to the input's fp32 for the matmul",
+        old="return F.linear(x.to(w.dtype), w, bias).to(x.dtype)",
+        new="return F.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))  # Bug: fp32 matmul",
+        caught_by=FSDP("bf16_gathers and deep_mlp", "matmuls ran in ['bfloat16', 'float32']"),
+    ),
+    Mutant(
+        "fsdp_units_reduce_in_bf16",
+        "fsdp",
+        "a unit packs and reduce-scatters its flat grad in compute_dtype (bf16), and sums microbatches in bf16",
+        old="dtype=shard.dtype, device=shard.device)",
+        new="dtype=self.dtype, device=shard.device)  # Bug: grads in compute dtype",
+        count=2,
+        caught_by=FSDP("bf16_gathers and deep_mlp", "grads are reduced in the shards' dtype"),
+    ),
+    Mutant(
+        "fsdp_units_bf16_flat_grad_in_compute_dtype",
+        "fsdp",
+        "a unit packs its grads into a buffer of the gathered weights' dtype (bf16) and reduce-scatters it into an "
+        "fp32 chunk: fine at world size 1 (no collective), broken at N >= 2",
+        old="flat = torch.empty(self.world * self.chunk, dtype=shard.dtype, device=shard.device)",
+        new="flat = torch.empty(self.world * self.chunk, dtype=self.dtype, device=shard.device)  # Bug: compute dtype",
+        caught_by=FSDP("bf16_units_with_deferred_sync", "bf16_units_with_deferred_sync_match_one_process[w2]"),
+    ),
+    Mutant(
+        "fsdp_units_embedding_output_bf16",
+        "fsdp",
+        "an Embedding inside a unit returns its rows in compute_dtype (bf16) instead of the weight's fp32",
+        old="return F.embedding(indices, layer.weight, layer.padding_idx).to(dtype)",
+        new="return F.embedding(indices, layer.weight, layer.padding_idx)  # Bug: left in compute dtype",
+        caught_by=FSDP("bf16_gathers and embedding-True", "layers returned [('Embedding', 'torch.bfloat16')"),
+    ),
+    Mutant(
+        "fsdp_broadcast_from_global_rank_0",
+        "fsdp",
+        "FSDP broadcasts from src=0 whatever its group: a group without global rank 0 fails (src is a global rank)",
+        old="dist.broadcast(t, src=ranks[0], group=group)",
+        new="dist.broadcast(t, src=0, group=group)  # Bug: global rank 0, not the group's first rank",
+        caught_by=FSDP("units_on_a_sub_group", "rank 1", world_sizes="4"),
     ),
     # -- Part 4: tensor parallelism --------------------------------------------------------------------------
     Mutant(
@@ -1151,9 +1205,9 @@ MUTANTS = [
         "mesh_hsdp_axes_swapped",
         "mesh",
         "HSDP shards over the replicate axis and replicates over the shard axis",
-        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis))",
+        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), units=units)",
         new=(
-            "self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=self.replicate_group)\n"
+            "self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=self.replicate_group, units=units)\n"
             "        self.replicate_group, self.replicas = mesh.group(shard_axis), mesh.size(shard_axis)"
         ),
         caught_by=MESH(HSDP_TRAFFIC, "expected the shard slice"),
@@ -1228,8 +1282,8 @@ MUTANTS = [
         "mesh_hsdp_drops_compute_dtype",
         "mesh",
         "HSDP builds its FSDP without compute_dtype: the forward silently runs in float32",
-        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis))",
-        new="self.fsdp = fsdp.FSDP(module, group=mesh.group(shard_axis))",
+        old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), units=units)",
+        new="self.fsdp = fsdp.FSDP(module, group=mesh.group(shard_axis), units=units)",
         caught_by=MESH(
             "::test_hsdp_broadcasts_buffers_across_replicas_and_computes_in_compute_dtype", "hand compute_dtype to FSDP"
         ),
