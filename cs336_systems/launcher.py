@@ -229,6 +229,14 @@ def _signal_main_thread(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
+def rank_device(backend: str, rank: int) -> torch.device:
+    """The device a job's rank works on: under NCCL its GPU (round robin over the node's), under gloo the CPU.
+    (On gloo, the tests' device-faithful mode answers ``cuda:rank`` here: the job stands for an NCCL one.)"""
+    if backend == "nccl":
+        return torch.device(f"cuda:{rank % torch.cuda.device_count()}")
+    return torch.device("cpu")
+
+
 def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, group_timeout, ifname, conn) -> None:
     _prctl_pdeathsig()
     os.environ[platform_support.ENV_IFNAME] = ifname
@@ -249,9 +257,8 @@ def _rank_main(job, args, rank, world_size, attempt, folder, fault, backend, gro
 
         _INHERITED.append(c10d._world)
         c10d._world = c10d._World()
-        device = torch.device("cpu")
-        if backend == "nccl":
-            device = torch.device(f"cuda:{rank % torch.cuda.device_count()}")
+        device = rank_device(backend, rank)
+        if device.type == "cuda":
             torch.cuda.set_device(device)
         store = dist.FileStore(str(Path(folder) / "store"), world_size)
         job_store = dist.PrefixStore("job/", store)

@@ -399,6 +399,16 @@ def load_replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, stat
     # END SOLUTION
 
 
+def _wire_device(state: dict, group) -> torch.device:
+    """The rank's device: where ``state``'s tensors live (AdamW's ``step`` aside, on the CPU), else the backend's."""
+    for v in state.values():
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return v.device
+    return (
+        torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    )
+
+
 def send_replica_state(state: dict[str, Any], *, src: int, dst: int, group: dist.ProcessGroup | None = None) -> dict:
     """Copy ``state`` from global rank ``src`` to global rank ``dst`` of ``group``, point to point.
 
@@ -422,8 +432,7 @@ def send_replica_state(state: dict[str, Any], *, src: int, dst: int, group: dist
     me = dist.get_rank()
     if me not in (src, dst):
         return state
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else None
-    device = device or torch.device("cpu")
+    device = _wire_device(state, group)
     if me == src:
         tensors = sorted((k, v) for k, v in state.items() if isinstance(v, torch.Tensor))
         header = {"tensors": [(k, tuple(v.shape), v.dtype) for k, v in tensors],

@@ -163,7 +163,7 @@ def _dtensors(ctx, scheme: str, state: dict) -> dict:
     from torch.distributed.tensor import DTensor, Replicate
     from torch.distributed.tensor import Shard as Split
 
-    mesh = DeviceMesh.from_group(torch.distributed.group.WORLD, ctx.device.type)
+    mesh = DeviceMesh.from_group(torch.distributed.group.WORLD, "cuda" if ctx.backend == "nccl" else "cpu")
     out = {}
     for key, (shape, _, _) in layout(scheme, ctx.rank, ctx.world_size).items():
         dim = split_dim(scheme, key)

@@ -124,14 +124,17 @@ class _Rank:
         if msg["fresh_group"]:
             self.join_fresh_group(msg["task"], backend, device)
         torch.manual_seed(self.rank)  # every test starts from the same per-rank random state
-        ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=device, impl=msg["impl"],
+        # Device-faithful on gloo: the rank's tensors stand for ones on its GPU, and ctx.device says so.
+        stand_in = torch.device("cuda", self.rank) if msg.get("device_faithful") and device.type == "cpu" else None
+        ctx = RankContext(rank=self.rank, world_size=self.world_size, backend=backend, device=stand_in or device,
+                          impl=msg["impl"],
                           unimportable=tuple(msg.get("unimportable", ())),
                           hung_functions=msg.get("hung_functions"))  # fmt: skip
         with contextlib.ExitStack() as modes:
-            if msg.get("device_faithful"):  # factory calls without device= raise (tests/harness/device_faithful.py)
+            if msg.get("device_faithful"):  # CPU tensors followed as on a GPU (tests/harness/device_faithful.py)
                 from tests.harness.device_faithful import DeviceFaithfulMode
 
-                modes.enter_context(DeviceFaithfulMode(impl=msg["impl"], device=device))
+                modes.enter_context(DeviceFaithfulMode(impl=msg["impl"], device=device, stand_in=stand_in))
             if msg.get("p2p_matching") == "tag-blind" and backend == "gloo":  # NCCL's rule (p2p_matching.py)
                 from tests.harness.p2p_matching import TagBlindMatching
 

@@ -52,7 +52,8 @@ def mesh_rank(ctx, shapes):
     out = []
     for shape in shapes:
         mesh = M.ProcessMesh(shape)
-        torch_mesh = init_device_mesh(ctx.device.type, tuple(shape.values()), mesh_dim_names=tuple(shape))
+        torch_mesh = init_device_mesh("cuda" if ctx.backend == "nccl" else "cpu", tuple(shape.values()),
+                                     mesh_dim_names=tuple(shape))  # fmt: skip
         got = {"coords": mesh.coords(), "axes": {}}
         for axis in shape:
             group_ranks = dist.get_process_group_ranks(mesh.group(axis))
