@@ -160,7 +160,9 @@ class ParallelTransformer:
          one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
          all but each chunk's last microbatch, so a step reduce-scatters once per unit or weight, not
          once per microbatch) or ``"hsdp"`` (each chunk wrapped in
-         ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
+         ``mesh.HSDP(chunk, mesh, "fsdp", "dp", units=...)``, Part 7, with FSDP's units and, under
+         microbatches, the same deferred sync: a step reduce-scatters over fsdp and all-reduces over dp once
+         per unit or parameter); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
     ``local_state_dict()`` returns ``{dense name: tensor}`` for every parameter of this rank's chunks:
@@ -199,7 +201,7 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, on each chunk's last
         microbatch only; under "ddp" with one microbatch, dp by ``ddp.DDPBucketed`` buckets of
         ``DDP_BUCKET_MB``, all-reduced during backward and collected first), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,

@@ -134,24 +134,36 @@ class HSDP(nn.Module):
     """FSDP within ``shard_axis``, plain data parallelism across ``replicate_axis`` (torch's
     ``fully_shard`` on a 2-D mesh; ZeRO++'s hierarchical partitioning).
 
-    ``module`` is wrapped in ``fsdp.FSDP(module, compute_dtype=..., group=mesh.group(shard_axis))``:
-    every big weight is sharded 1/S over the S ranks of this rank's shard slice, all-gathers and
-    reduce-scatters stay inside it. Each shard slice holds a full copy of the model (in shards), so
-    the R = ``mesh.size(replicate_axis)`` slices are data-parallel replicas: every gradient (shards
-    and replicated parameters alike) is all-reduced over ``mesh.group(replicate_axis)`` and divided
-    by R as soon as FSDP has produced it in backward. On return from backward every rank holds the
-    gradient of the mean loss over all S * R ranks' batches (of equal size) for its own shard.
+    ``module`` is wrapped in ``fsdp.FSDP(module, compute_dtype=..., group=mesh.group(shard_axis),
+    units=units)``: every big weight (or, with ``units``, every unit's flat buffer, Part 3.4) is sharded
+    1/S over the S ranks of this rank's shard slice, all-gathers and reduce-scatters stay inside it. Each
+    shard slice holds a full copy of the model (in shards), so the R = ``mesh.size(replicate_axis)``
+    slices are data-parallel replicas: every gradient FSDP produces (weight shards, a unit's
+    ``flat_shard`` and replicated parameters alike) is all-reduced over ``mesh.group(replicate_axis)``
+    and divided by R as soon as FSDP has produced it in backward. On return from backward every rank
+    holds the gradient of the mean loss over all S * R ranks' batches (of equal size) for its own shard.
 
-    On construction, parameters and buffers are first broadcast from the first rank of the
-    replicate slice, then FSDP broadcasts from the first rank of the shard slice: every rank starts
-    from the model of the mesh's first rank. ``.module`` is the wrapped model; ``gather_full_params()``
-    is FSDP's (all-gathers within the shard slice). Raises ``TypeError`` for a ``module`` that is not
-    an ``nn.Module`` or a ``mesh`` that is not a ``ProcessMesh``, and ``ValueError`` if an axis is not
-    in the mesh or both are the same (naming the argument), before any communication.
+    On construction FSDP is built first (it broadcasts from the first rank of the shard slice, then
+    shards), then every parameter and buffer of the wrapped module (shards included: rank (r, s) holds
+    chunk s, as the replicate slice's first rank (0, s) does) is broadcast from the first rank of the
+    replicate slice: every rank starts from the model of the mesh's first rank, and the broadcast across
+    replicas sends 1/S of the weights. ``.module`` is the wrapped model; ``gather_full_params()`` is
+    FSDP's (all-gathers within the shard slice).
+
+    ``set_requires_gradient_sync(flag)`` (Part 3.4's, for microbatches): ``False`` turns FSDP's gradient
+    sync off (``fsdp.FSDP.set_requires_gradient_sync``) and the all-reduces across replicas with it, so
+    backwards only sum gradients locally; ``True`` (the default) turns both on: the next backward
+    reduce-scatters within the shard slice and all-reduces across replicas, once per unit, weight or
+    replicated parameter, everything summed since. A step of m microbatches thus crosses the replicate
+    slice once per parameter, not m times.
+
+    Raises ``TypeError`` for a ``module`` that is not an ``nn.Module`` or a ``mesh`` that is not a
+    ``ProcessMesh``, ``ValueError`` if an axis is not in the mesh or both are the same (naming the
+    argument), and FSDP's errors for ``compute_dtype`` and ``units``; before any communication.
     """
 
     def __init__(self, module: nn.Module, mesh: ProcessMesh, shard_axis: str, replicate_axis: str, *,
-                 compute_dtype: torch.dtype | None = None) -> None:  # fmt: skip
+                 compute_dtype: torch.dtype | None = None, units=None) -> None:  # fmt: skip
         # BEGIN SOLUTION: Task 7.2 (HSDP)
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be an nn.Module, got {type(module).__name__}")
@@ -165,14 +177,15 @@ class HSDP(nn.Module):
         super().__init__()
         self.replicate_group = mesh.group(replicate_axis)
         self.replicas = mesh.size(replicate_axis)
+        self._sync = True  # whether backward all-reduces across replicas (set_requires_gradient_sync)
+        # FSDP first: it checks compute_dtype and units before any message, then shards within the slice.
+        self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), units=units)
+        self.module = module
         if self.replicas > 1:
             src = mesh.ranks(replicate_axis)[0]
             with torch.no_grad():
-                for t in [*module.parameters(), *module.buffers()]:
+                for t in [*module.parameters(), *module.buffers()]:  # shards: (0, s) holds this rank's chunk s
                     dist.broadcast(t, src=src, group=self.replicate_group)
-        self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis))
-        self.module = module
-        if self.replicas > 1:
             # Registered after FSDP's own hooks, so each runs on a gradient already averaged over
             # the shard slice (replicated parameters) or reduce-scattered to this shard.
             for p in module.parameters():
@@ -182,10 +195,25 @@ class HSDP(nn.Module):
 
     # BEGIN SOLUTION
     def _average_over_replicas(self, p: nn.Parameter) -> None:
+        if not self._sync:  # FSDP keeps summing locally too; the backward that syncs reduces the sum
+            return
         dist.all_reduce(p.grad, group=self.replicate_group)
         p.grad.div_(self.replicas)
 
     # END SOLUTION
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool) -> None:
+        """FSDP's ``set_requires_gradient_sync`` (Part 3.4) and the all-reduces across replicas with it:
+        ``False``: the following backwards reduce nothing, over either axis; ``True`` (the default): the
+        next backward reduces within the shard slice, then across replicas, everything summed since.
+
+        Raises ``TypeError`` if ``requires_gradient_sync`` is not a bool, before any communication."""
+        # BEGIN SOLUTION: Task 7.2 (HSDP)
+        if not isinstance(requires_gradient_sync, bool):
+            raise TypeError(f"requires_gradient_sync must be a bool, got {type(requires_gradient_sync).__name__}")
+        self.fsdp.set_requires_gradient_sync(requires_gradient_sync)
+        self._sync = requires_gradient_sync
+        # END SOLUTION
 
     def forward(self, *args, **kwargs):
         """``self.module(*args, **kwargs)``, through FSDP's gathering layers."""

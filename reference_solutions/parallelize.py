@@ -275,7 +275,9 @@ class ParallelTransformer:
          one unit, embedding and head per layer; with ``num_microbatches`` > 1 gradient sync is off for
          all but each chunk's last microbatch, so a step reduce-scatters once per unit or weight, not
          once per microbatch) or ``"hsdp"`` (each chunk wrapped in
-         ``mesh.HSDP(chunk, mesh, "fsdp", "dp")``, Part 7); ``.optimizer`` is ``optimizer_cls`` (default
+         ``mesh.HSDP(chunk, mesh, "fsdp", "dp", units=...)``, Part 7, with FSDP's units and, under
+         microbatches, the same deferred sync: a step reduce-scatters over fsdp and all-reduces over dp once
+         per unit or parameter); ``.optimizer`` is ``optimizer_cls`` (default
          ``torch.optim.AdamW``) over this rank's parameters, with ``optimizer_kwargs``.
 
     ``local_state_dict()`` returns ``{dense name: tensor}`` for every parameter of this rank's chunks:
@@ -335,7 +337,7 @@ class ParallelTransformer:
         if data_parallel == "fsdp":
             self.wrapped = [fsdp.FSDP(c, group=groups["dp"], units=_units(c)) for c in chunks]
         elif data_parallel == "hsdp":
-            self.wrapped = [HSDP(c, mesh, "fsdp", "dp") for c in chunks]
+            self.wrapped = [HSDP(c, mesh, "fsdp", "dp", units=_units(c)) for c in chunks]
         else:
             self.wrapped = chunks
         self._tp_summed = _sequence_parallel_params(chunks)  # after FSDP: its shards are the parameters now
@@ -345,7 +347,9 @@ class ParallelTransformer:
             lambda logits, targets: lm_loss(logits, targets) / tp, group=groups["pp"],
         )  # fmt: skip
         self._forwards: list[int] | None = None  # per chunk, forwards so far in this step (None: no step)
-        if data_parallel == "fsdp" and num_microbatches > 1:
+        # FSDP and HSDP sum microbatches' grads locally; each chunk's last backward reduces them once.
+        self._deferred = data_parallel in ("fsdp", "hsdp") and num_microbatches > 1
+        if self._deferred:
             for i, w in enumerate(self.wrapped):
                 w.register_forward_hook(functools.partial(self._sync_on_last_microbatch, i))
         params = [p for c in chunks for p in c.parameters()]
@@ -386,7 +390,7 @@ class ParallelTransformer:
         rank's tokens only yet are replicated over tp (embedding, norms, head, MoE routers and experts)
         are summed over tp (one all-reduce, Megatron's sequence-parallel rule); then every gradient is
         averaged over the data axes ep, cp and dp (each ``ddp.all_reduce_gradients_flat`` over its group;
-        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, FSDP on the last
+        not dp under FSDP or HSDP, which averaged over dp and fsdp during backward, on each chunk's last
         microbatch only; under "ddp" with one microbatch, dp by ``ddp.DDPBucketed`` buckets of
         ``DDP_BUCKET_MB``, all-reduced during backward and collected first), except an
         expert-parallel MoE's: ``expert_parallel.all_reduce_moe_gradients`` (router over ep and dp,
@@ -405,8 +409,8 @@ class ParallelTransformer:
         x, y = self._local_batch(inputs, targets)
         stage = self.mesh.rank("pp")
         self.optimizer.zero_grad(set_to_none=True)
-        deferred = self.data_parallel == "fsdp" and self.num_microbatches > 1
-        if deferred:  # FSDP sums microbatches' grads locally; the last one's backward reduces them once
+        deferred = self._deferred
+        if deferred:  # gradient sync off; each chunk's forward hook turns it on for its last microbatch
             self._forwards = [0] * len(self.wrapped)
             for w in self.wrapped:
                 w.set_requires_gradient_sync(False)
@@ -451,7 +455,7 @@ class ParallelTransformer:
         return out[0], out[1]
 
     def _sync_on_last_microbatch(self, i: int, wrapped, args, output) -> None:
-        """Forward hook on FSDP chunk i: its k-th forward of a step marks its output so that the backward
+        """Forward hook on FSDP (or HSDP) chunk i: its k-th forward of a step marks its output so that the backward
         from there runs with gradient sync on iff k is the last microbatch. The mark is a hook on the
         output's grad, which runs before any of the chunk's own backward, so one chunk's backward sees
         one setting throughout; schedules run each microbatch's backward whole (no split B/W here)."""

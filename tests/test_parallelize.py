@@ -32,6 +32,7 @@ from tests.oracles.transformer import (
     MESHES,
     ROW_SHARDED,
     SEQ,
+    SGD,
     batches,
     check_training,
     dense_training,
@@ -239,8 +240,9 @@ def recorded_step_rank(ctx, shape, data, options, cfg=DENSE):
     group."""
     with CommRecorder() as rec:
         out = training_rank(ctx, shape, cfg, data, options)
-    M = ctx.load("mesh")
-    return {**out, "events": calls(rec.events), "dp": M.ProcessMesh(full_shape(shape)).ranks("dp")}
+    mesh = ctx.load("mesh").ProcessMesh(full_shape(shape))
+    fsdp = mesh.ranks("fsdp") if "fsdp" in shape else [ctx.rank]
+    return {**out, "events": calls(rec.events), "dp": mesh.ranks("dp"), "fsdp": fsdp}
 
 
 @pytest.mark.task11_3
@@ -268,6 +270,35 @@ def test_fsdp_under_a_pipeline_reduce_scatters_once_per_unit_per_step(world_size
             f"per rank made {got} reduce-scatters over dp {sorted(dp)}; expected {per_stage} a step: one per block "
             f"(FSDP units), one for the embedding or head weight, each chunk on its own last microbatch only "
             f"(set_requires_gradient_sync, §11.2):\n{format_events(out['events'])}"
+        )
+
+
+@pytest.mark.task11_3
+@pytest.mark.world_sizes(4)
+def test_hsdp_under_microbatches_reduces_once_per_unit_per_step(world_size):
+    """dp2×fsdp2 under "hsdp" with 2 microbatches: Part 7's HSDP with one unit per block and gradient sync deferred to
+    the last microbatch, so a step reduce-scatters over fsdp once per block plus once per embedding and head weight,
+    and all-reduces over dp once per parameter (each block's flat shard, the embedding's and head's shards, every
+    norm), not once per microbatch or per linear layer; and it trains like one process."""
+    shape, options = {"dp": 2, "fsdp": 2}, {"data_parallel": "hsdp", "num_microbatches": 2, **SGD}
+    data = batches(DENSE, steps=1, batch=8)
+    losses, state = dense_training(DENSE, data, options=options)
+    outs = run_ranks(world_size, recorded_step_rank, shape, data, options)
+    check_training(outs, shape, losses, state, f"mesh dp2×fsdp2 {options}")
+    names = [n for n, _ in Transformer(DENSE).named_parameters()]
+    per_block = sum(n.startswith("block0.") and n.endswith(ROW_SHARDED + COLUMN_SHARDED) for n in names)
+    scattered = DENSE.n_layers + 2  # one per block (its unit), the embedding's weight, the head's output weight
+    params = len(names) - DENSE.n_layers * (per_block - 1)  # a block's linear weights: one flat shard
+    for rank, out in enumerate(outs):
+        dp, fsdp = set(out["dp"]), set(out["fsdp"])
+        got_rs = sum(kind(e) == "reduce_scatter" and set(e.group_ranks) == fsdp for e in out["events"])
+        got_ar = sum(kind(e) == "all_reduce" and set(e.group_ranks) == dp and e.numel > 1 for e in out["events"])
+        assert (got_rs, got_ar) == (scattered, params), (
+            f"rank {rank}: one step with 2 microbatches made {got_rs} reduce-scatters over fsdp {sorted(fsdp)} and "
+            f"{got_ar} gradient all-reduces over dp {sorted(dp)}; expected {scattered} (one per block: HSDP's units; "
+            f"one for the embedding's and the head's weight) and {params} (one per parameter after wrapping), on "
+            f"the last microbatch only (HSDP's set_requires_gradient_sync, §11.2, §7.2):\n"
+            f"{format_events(out['events'])}"
         )
 
 

@@ -197,7 +197,7 @@ def check_hsdp_setup(outs, shape, compute_dtype, x) -> None:
     for rank, out in enumerate(outs):
         where = f"rank {rank}, mesh {shape}, compute_dtype={compute_dtype}"
         assert_close(out["offset"], torch.ones(3), what=f"{where}: buffer offset after construction (rank 0's: "
-                     "parameters AND buffers are broadcast across the replicate slice, then FSDP's shard slice)",
+                     "parameters AND buffers are broadcast within the shard slice and across the replicate slice)",
                      rtol=0, atol=0)  # fmt: skip
         assert not torch.allclose(out["y"].cpu().float(), full, rtol=0, atol=1e-5), (
             f"{where}: the output is the float32 forward's: HSDP must hand compute_dtype to FSDP"

@@ -1208,7 +1208,8 @@ MUTANTS = [
         old="self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), units=units)",
         new=(
             "self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=self.replicate_group, units=units)\n"
-            "        self.replicate_group, self.replicas = mesh.group(shard_axis), mesh.size(shard_axis)"
+            "        self.replicate_group, self.replicas = mesh.group(shard_axis), mesh.size(shard_axis)\n"
+            "        replicate_axis = shard_axis"
         ),
         caught_by=MESH(HSDP_TRAFFIC, "expected the shard slice"),
     ),

@@ -18,6 +18,8 @@ BAD = "bad_input"
 FSDP_UNDER = "fsdp_under_a_pipeline"
 BAD_BATCH = ("returned normally", "communicated", "expected ValueError")  # accepted: trains, or fails after a message
 
+HSDP_MICRO = "hsdp_under_microbatches_reduces_once_per_step"  # tests/test_mesh.py, Task 7.2
+
 MUTANTS = [
     Mutant(
         "parallelize_rope_local_positions",
@@ -372,7 +374,7 @@ MUTANTS = [
         "parallelize_fsdp_syncs_every_microbatch",
         "parallelize",
         "FSDP under a pipeline reduce-scatters every microbatch (sync never deferred): right values, 4x the traffic",
-        old='deferred = self.data_parallel == "fsdp" and self.num_microbatches > 1',
+        old="deferred = self._deferred",
         new="deferred = False",
         caught_by=P11(FSDP_UNDER, "reduce-scatters over dp", world_sizes="4"),
     ),
@@ -452,5 +454,49 @@ MUTANTS = [
             "            self._bucketed.finish_gradient_synchronization()\n"
         ),
         caught_by=P11(COMPOSED, WRONG, world_sizes="4"),
+    ),
+    # -- issue 54: HSDP under microbatches (Part 7's HSDP with units and deferred sync; the capstone uses them) --
+    Mutant(
+        "parallelize_hsdp_syncs_every_microbatch",
+        "parallelize",
+        "under hsdp with microbatches gradient sync is never deferred: each microbatch reduce-scatters and all-reduces",
+        old='self._deferred = data_parallel in ("fsdp", "hsdp") and num_microbatches > 1',
+        new='self._deferred = data_parallel == "fsdp" and num_microbatches > 1',
+        caught_by=P11("hsdp_under_microbatches", "gradient all-reduces over dp", world_sizes="4"),
+    ),
+    Mutant(
+        "parallelize_hsdp_without_units",
+        "parallelize",
+        "under hsdp each chunk is sharded layer by layer (no units): one reduce-scatter per linear, not per block",
+        old='HSDP(c, mesh, "fsdp", "dp", units=_units(c))',
+        new='HSDP(c, mesh, "fsdp", "dp")',
+        caught_by=P11("hsdp_under_microbatches", "reduce-scatters over fsdp", world_sizes="4"),
+    ),
+    Mutant(
+        "mesh_hsdp_replicas_ignore_sync",
+        "mesh",
+        "HSDP passes set_requires_gradient_sync to FSDP but all-reduces across replicas every grad it sees each "
+        "microbatch (a deferred shard has none): right values, the biases and norms all-reduced every microbatch",
+        old="        if not self._sync:  # FSDP keeps summing locally too; the backward that syncs reduces the sum\n",
+        new="        if p.grad is None:  # Bug: skips only what FSDP deferred (no grad), not the replicated grads\n",
+        caught_by=Check("tests/test_mesh.py", HSDP_MICRO, "ran with gradient sync off", names=RANK, world_sizes="2"),
+    ),
+    Mutant(
+        "mesh_hsdp_sync_not_passed_to_fsdp",
+        "mesh",
+        "HSDP's set_requires_gradient_sync gates its own all-reduces only: FSDP reduce-scatters every microbatch",
+        old="        self.fsdp.set_requires_gradient_sync(requires_gradient_sync)\n",
+        new="",
+        caught_by=Check("tests/test_mesh.py", HSDP_MICRO, "ran with gradient sync off", names=RANK, world_sizes="2"),
+    ),
+    Mutant(
+        "mesh_hsdp_drops_units",
+        "mesh",
+        "HSDP accepts units but builds its FSDP without them: one reduce-scatter per layer, not per unit",
+        old="group=mesh.group(shard_axis), units=units)",
+        new="group=mesh.group(shard_axis))",
+        caught_by=Check(
+            "tests/test_mesh.py", HSDP_MICRO, "reduce-scatters in the shard slice", names=RANK, world_sizes="2"
+        ),  # fmt: skip
     ),
 ]
