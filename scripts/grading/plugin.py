@@ -72,13 +72,24 @@ def _read_key(fd: int) -> bytes:
     return bytes.fromhex(buf.decode().strip())
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
+
+
+def summary_of(doc: str | None) -> str:
+    """A test's one-line summary for its entry: the first sentence of its docstring's first paragraph, its lines
+    joined (a docstring's first line may end mid-sentence); the whole paragraph when it has no sentence end."""
+    paragraph = re.split(r"\n\s*\n", (doc or "").strip(), maxsplit=1)[0]
+    text = " ".join(paragraph.split())
+    return _SENTENCE_END.split(text, maxsplit=1)[0]
+
+
 def _item_info(item: pytest.Item) -> dict:
     return {
         "nodeid": item.nodeid,
         "file": item.nodeid.split("::", 1)[0],
         "function": getattr(item, "originalname", None) or item.name.split("[", 1)[0],
         "markers": sorted({m.name for m in item.iter_markers()}),
-        "doc": ((getattr(item, "function", None) and item.function.__doc__) or "").strip().split("\n")[0],
+        "doc": summary_of(getattr(item, "function", None) and item.function.__doc__),
     }
 
 

@@ -125,14 +125,24 @@ def read_submission(path: Path) -> Submission:
 
 
 # A mixed module: in a kit of some parts its kept parts' tasks are stubs and the rest is given (subset.py), so
-# the student's copy is always graded, like the full kit's.
+# the student's copy is graded whenever the kit leaves a task of it to the student (a Part 3 kit gives it whole).
 ALWAYS_GRADED = frozenset({"accounting"})
+
+
+def _mixed_left_to_student(repo: Path = REPO) -> frozenset[str]:
+    """The mixed modules whose copy in this kit (``cs336_systems/``) still has a task for the student: a function
+    that raises NotImplementedError, as the kit's cut left it (``subset.kit_manifest``'s "written" says the same)."""
+    from scripts.tools.submission import unfinished
+
+    path = {m: repo / "cs336_systems" / f"{m}.py" for m in ALWAYS_GRADED}
+    return frozenset(m for m, p in path.items() if p.is_file() and unfinished(p))
 
 
 def graded_modules(kit_parts: list[str]) -> frozenset[str]:
     """The part modules a kit grades from the submission: those its (whole, unselected) rubric names, and the
-    mixed ``accounting``. Every other module is given code (or a part the kit lacks): the staff's copy."""
-    return frozenset(kit_parts) | ALWAYS_GRADED
+    mixed ``accounting`` when the kit leaves some of its tasks to the student. Every other module is given code (or
+    a part the kit lacks): the staff's copy, whatever the submission holds."""
+    return frozenset(kit_parts) | _mixed_left_to_student()
 
 
 def keep_graded(sub: Submission, graded: frozenset[str]) -> Submission:
@@ -169,16 +179,17 @@ def _kit_parts(part_names) -> frozenset[int] | None:
 def kit_submission(sub: Submission, part_names) -> tuple[Submission, list[str]]:
     """What a grade of the rubric entries ``part_names`` takes from ``sub`` (see ``kit_of_run``), and notes for
     the student; the fingerprint of a grade is that of this submission (scripts/grading/fingerprint.py)."""
-    from scripts.grading.subset import given_modules, module_parts
+    from scripts.grading.subset import given_modules, kit_manifest, module_parts
 
     parts = _kit_parts(part_names)
     if parts is None:
         return sub, []
+    given = given_modules(parts)
     owner = module_parts()
-    graded = frozenset(m for m, n in owner.items() if n in parts) | ALWAYS_GRADED
+    written = set(kit_manifest(parts)["written"])  # accounting only when the kit leaves a task of it to the student
+    graded = frozenset(m for m, n in owner.items() if n in parts) | (ALWAYS_GRADED & written)
     if sub.graded is not None:
         graded &= sub.graded
-    given = given_modules(parts)
     kept = keep_graded(sub, graded)
     # Only the given modules a graded test runs are worth a line; other parts' modules are simply not graded.
     notes = [n for n in kept.notes if n not in sub.notes and n.split(".py", 1)[0] in given]

@@ -354,7 +354,7 @@ def kit_readme(text: str, parts: frozenset[int], stubs: dict[str, str], manifest
         f"(the staff's code, which the kit's parts build on; not graded, do not edit): {given}."
     )
     mixed = manifest.get("mixed", {}).get("accounting")
-    if mixed and mixed["given"]:
+    if mixed and mixed["given"] and mixed["write"]:  # else it is given whole, and listed as given above
         note += (f" `accounting.py` is part yours (the tasks of parts {', '.join(map(str, mixed['write']))}) and "
                  f"part given (those of parts {', '.join(map(str, mixed['given']))}).")  # fmt: skip
     unused = manifest.get("unused")
@@ -367,10 +367,13 @@ def kit_readme(text: str, parts: frozenset[int], stubs: dict[str, str], manifest
     return text
 
 
-def kit_markdown(text: str, present: set[str], where: str = "handouts") -> str:
+def kit_markdown(text: str, present: set[str], where: str = "handouts", manifest: dict | None = None) -> str:
     """A kit's handout text: §1.0's link to the kit's ground rules, links to files the kit lacks turned into plain
-    text naming the part they belong to, and the points generator's staff comment dropped."""
+    text naming the part they belong to, the points generator's staff comment dropped, and a module the kit gives
+    whole (``manifest["given"]``: ``accounting.py`` in a kit with none of its tasks) called given, not yours."""
     text = _GENERATOR_NOTE.sub("", text)
+    for module in (manifest or {}).get("given", []):
+        text = re.sub(rf"\byour `{module}\.py`", f"the given `{module}.py`", text)
     if "handouts/01-collectives.md" not in present:
         text = _RULES_LINK.sub("(ground-rules.md)" if where == "handouts" else f"({GROUND_RULES})", text)
 

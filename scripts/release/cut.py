@@ -105,10 +105,11 @@ def write_release(out: Path, parts: frozenset[int] | None = None) -> list[str]:
         text = readme.read_text()
         if parts is not None:
             text = subset.kit_readme(subset.subset_readme(text, parts), parts, stubs, manifest)
-        readme.write_text(subset.kit_markdown(text, present, where=""))
+        readme.write_text(subset.kit_markdown(text, present, where="", manifest=manifest))
     for doc in [*(out / "handouts").glob("*.md"), out / "tests" / "README.md"]:
         if doc.exists():
-            doc.write_text(subset.kit_markdown(doc.read_text(), present, doc.parent.relative_to(out).as_posix()))
+            where = doc.parent.relative_to(out).as_posix()
+            doc.write_text(subset.kit_markdown(doc.read_text(), present, where, manifest=manifest))
     return files
 
 

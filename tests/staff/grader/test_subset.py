@@ -60,3 +60,45 @@ def test_accounting_keeps_the_kept_parts_tasks_as_stubs_and_gives_the_others(tmp
         acc.training_memory_bytes(1e9)
     assert acc.all_reduce_time(1e6, 4, "ring", 1e-5, 1e-9) == pytest.approx(6e-5 + 1.5e6 * 1e-9)
     assert acc.all_reduce_crossover_bytes(4, 1e-5, 1e-9) == pytest.approx(8 * 1e-5 / 1e-9)
+
+
+def test_a_kit_that_gives_accounting_whole_says_so_in_every_text_and_grades_it_nowhere(tmp_path):
+    """A Part 3 kit has no task of accounting.py: the README lists it as given (no "part yours (the tasks of parts
+    )"), the handout's "it calls your accounting.py" reads "the given", kit.json (the submission tool's source)
+    gives it, and the grader takes it from neither the submission nor calls it a missing stub; a kit of parts 2, 4
+    and 6 still grades the student's copy (Part 6's tasks) and says it is part theirs."""
+    from scripts.grading.sandbox import StaffFiles, Submission, _mixed_left_to_student, build_sandbox, kit_submission
+
+    three, six = frozenset({3}), frozenset({2, 4, 6})
+    stubs = {p.stem: p.read_text() for p in (subset.ROOT / "cs336_systems").glob("*.py")}  # the kits' written ones
+    manifest = subset.kit_manifest(three)
+    assert "accounting" in manifest["given"] and "accounting" not in manifest["written"], manifest
+    readme = subset.kit_readme(subset.subset_readme((subset.ROOT / "README.md").read_text(), three), three, stubs,
+                               manifest)  # fmt: skip
+    assert "the tasks of parts )" not in readme and "part yours" not in readme
+    assert "`accounting.py`" in readme.split("Given (the staff's code", 1)[1].split("\n", 1)[0], "not listed as given"
+    mixed = subset.kit_readme(subset.subset_readme((subset.ROOT / "README.md").read_text(), six), six, stubs,
+                              subset.kit_manifest(six))  # fmt: skip
+    assert "`accounting.py` is part yours (the tasks of parts 6)" in mixed
+    said = "Use `scripts/tools/memory.py` (it calls your `accounting.py`) and show the arithmetic."
+    assert subset.kit_markdown(said, set(), manifest=manifest) == said.replace("your", "the given")
+    assert subset.kit_markdown(said, set(), manifest=subset.kit_manifest(six)) == said, "a mixed kit's is theirs"
+    handout = subset.kit_markdown((subset.ROOT / "handouts" / "03-zero.md").read_text(), set(), manifest=manifest)
+    assert "your `accounting.py`" not in handout
+    sub = Submission({"fsdp": b"X = 1\n", "accounting": b"Y = 2\n"})
+    graded, _ = kit_submission(sub, ["sharded_optimizer", "fsdp"])
+    assert "accounting" not in graded.modules and "accounting" not in graded.graded, graded
+    notes = build_sandbox(tmp_path / "sandbox", StaffFiles({"cs336_systems/accounting.py": b""}), graded)
+    assert not any("accounting" in n for n in notes), notes
+    assert "accounting" in kit_submission(sub, ["ddp", "tensor_parallel", "accounting"])[0].graded
+    # The Gradescope zip has no reference: its own accounting.py says whether the student has a task in it.
+    for parts, want in ((three, frozenset()), (six, frozenset({"accounting"}))):
+        (tmp_path / parts_dir(parts) / "cs336_systems").mkdir(parents=True)
+        (tmp_path / parts_dir(parts) / "cs336_systems" / "accounting.py").write_text(
+            subset.subset_stub("accounting", parts)
+        )
+        assert _mixed_left_to_student(tmp_path / parts_dir(parts)) == want
+
+
+def parts_dir(parts) -> str:
+    return "kit-" + "-".join(map(str, sorted(parts)))
