@@ -18,6 +18,7 @@ and the rest still run. Points come from scripts/grading/rubric.toml.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import hashlib
 import json
@@ -33,13 +34,22 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from scripts.grading.fingerprint import UPLOAD, graded_record, read_graded
+from scripts.grading.fingerprint import UPLOAD, fingerprint_of, graded_record, read_graded
 from scripts.grading.gpu_results import lookup
+from scripts.grading.progress import Progress
 from scripts.grading.rubric import DEFAULT_TIMEOUT_S, RUBRIC_PATH, Rubric, load_rubric, score, tasks_of, visibility
 from scripts.grading.runner import RunRecord, Settings, check_run_as, kill_descendants, run_tests
 from scripts.grading.sandbox import StaffFiles, SubmissionError, graded_modules, keep_graded, kit_submission
 from scripts.grading.staff import path_of
-from scripts.grading.summary import STAFF_LOG, SUMMARY_JSON, headline, read_results, write_grades_csv, write_summary
+from scripts.grading.summary import (
+    STAFF_LOG,
+    SUMMARY_JSON,
+    grade_row,
+    headline,
+    refresh,
+    write_grades_csv,
+    write_summary,
+)
 from tests.harness import defaults
 from tests.harness.limits import become_subreaper, die_with_parent
 
@@ -175,16 +185,97 @@ def _record_of(results: dict, which: str, hidden: dict[str, str]) -> RunRecord:
 EARLIER = "(earlier grade) "
 
 
+def _settings_differ(before: dict | None, after: dict) -> str | None:
+    """How two grades' settings (backend, world sizes, device-faithful mode) differ, as the options to give; None
+    when they are the same."""
+    if before == after:
+        return None
+    if not before:
+        return "the earlier results record no settings (an older grader's): grade the whole submission again"
+    options = {"backend": "--backend", "world_sizes": "--world-sizes", "device_faithful": "--device-faithful"}
+    differ = [f"{options.get(k, k)} {before.get(k, 'unrecorded')} (the regrade: {after.get(k, 'unrecorded')})"
+              for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]  # fmt: skip
+    return ("the earlier grade ran with " + "; ".join(differ) + ": regrade with the earlier grade's --backend, "
+            "--world-sizes and --device-faithful/--no-device-faithful")  # fmt: skip
+
+
+def _merged_code(before: dict | None, after: dict | None) -> dict:
+    """The graded-code record of a merge (``fingerprint.graded_record`` of both grades' files together), or
+    ``MergeError`` when the regrade took other bytes from the submission than the earlier grade for a module both
+    took: one results file must name one submission's code."""
+    if not before or "files" not in before:
+        raise MergeError("the earlier results record no fingerprint of the code they graded (an older grader's): "
+                         "grade the whole submission again instead")  # fmt: skip
+    if not after or "files" not in after:
+        raise MergeError("the regrade could not read the submission (see its notes): nothing to merge")
+    differ = []
+    for module in sorted(set(before["modules"]) & set(after["modules"])):
+        name = f"{module}.py"
+        was, now = before["files"].get(name), after["files"].get(name)
+        if was != now:
+            differ.append(f"{name} " + ("is new" if was is None else "is gone" if now is None else
+                                        f"differs (sha256 {was[:12]} graded, {now[:12]} now)"))  # fmt: skip
+    if differ:
+        raise MergeError(
+            f"the regrade's submission is not the code the earlier grade graded ({', '.join(differ)}; "
+            f"earlier fingerprint {before['fingerprint'][:16]}): regrade the same bytes (the export "
+            "the earlier grade read), or grade the new submission whole, without --merge-into"
+        )
+    files = {**before["files"], **after["files"]}
+    return {"fingerprint": fingerprint_of(files), "files": files,
+            "modules": sorted(set(before["modules"]) | set(after["modules"]))}  # fmt: skip
+
+
+def check_merge(old: dict, settings: dict, parts: list[str], graded: dict | None) -> None:
+    """Before any test runs: ``MergeError`` unless a regrade with these settings, of these rubric entries
+    (``parts``), of this code (``graded``) can be folded into ``old``: the same backend, world sizes and
+    device-faithful mode, parts that the earlier grade graded, the same bytes for every module both take, and
+    earlier results that list their cases."""
+    extra = old.get("extra_data") or {}
+    problem = _settings_differ(extra.get("settings"), settings)
+    if problem:
+        raise MergeError(problem)
+    earlier = list(extra.get("parts") or {})
+    beyond = [p for p in parts if p not in earlier]
+    if beyond:
+        raise MergeError(f"the regrade would grade {', '.join(beyond)}, which the earlier grade did not (it graded "
+                         f"{', '.join(earlier) or 'nothing'}): give --parts with some of those")  # fmt: skip
+    _merged_code(extra.get("graded"), graded)
+    entries = extra.get("entries", [])
+    if not entries or not all("id" in e and all(len(row) == 6 for row in e.get("case_results", ())) for e in entries):
+        raise MergeError("the earlier results do not list their cases by id (written by an older grader, or the "
+                         "grade failed): grade the whole submission again instead")  # fmt: skip
+
+
+def read_earlier(path: Path) -> dict:
+    """``--merge-into``'s results, or ``MergeError`` saying why they cannot be read."""
+    try:
+        old = json.loads(path.read_text())
+    except OSError as exc:
+        raise MergeError(f"--merge-into {path}: cannot read it ({exc.strerror or exc})") from exc
+    except ValueError as exc:
+        raise MergeError(f"--merge-into {path}: not a results JSON ({exc})") from exc
+    if not isinstance(old, dict):
+        raise MergeError(f"--merge-into {path}: not a results JSON (a {type(old).__name__})")
+    return old
+
+
 def merge_regrade(old: dict, new: dict, kit: Rubric) -> dict:
     """A regrade of some tests (``--parts``, ``--select``) folded into a student's earlier results, case by case:
     each case the regrade ran (by pytest node id) replaces the earlier one, every other case is kept, and the
     whole is scored again with the kit's rubric, as a full grade would be: entries, numbers, points, maximum, the
     dashboard's data and the output (every part) are those of a full regrade with those outcomes. Refused
-    (``MergeError``) when the two were graded with other backends or world sizes, or lack their cases."""
+    (``MergeError``) when the two were graded with other settings (backend, world sizes, device-faithful mode),
+    of other parts than the earlier grade's, from other bytes (``extra_data["graded"]``), or lack their cases.
+    The merged results record the code of both (the same bytes: ``_merged_code``) and the time of both."""
     before, after = old.get("extra_data", {}).get("settings"), new.get("extra_data", {}).get("settings")
-    if before != after:
-        raise MergeError(f"the earlier grade ran with {before or 'unrecorded settings'}, the regrade with {after}: "
-                         "regrade with the same --backend and --world-sizes")  # fmt: skip
+    problem = _settings_differ(before, after)
+    if problem:
+        raise MergeError(problem)
+    beyond = sorted(set(new.get("extra_data", {}).get("parts", {})) - set(old.get("extra_data", {}).get("parts", {})))
+    if beyond:
+        raise MergeError(f"the regrade graded {', '.join(beyond)}, which the earlier grade did not")
+    graded = _merged_code(old.get("extra_data", {}).get("graded"), new.get("extra_data", {}).get("graded"))
     hidden = _hidden_files(kit)
     earlier, regrade = _record_of(old, "earlier", hidden), _record_of(new, "regrade's", hidden)
     replaced = {item["nodeid"]: item for item in regrade.items}
@@ -198,12 +289,15 @@ def merge_regrade(old: dict, new: dict, kit: Rubric) -> dict:
     notes = new["extra_data"].get("notes", [])
     notes = notes + [n if n.startswith(EARLIER) else EARLIER + n for n in old["extra_data"].get("notes", [])
                      if n.removeprefix(EARLIER) not in notes]  # fmt: skip
-    merged = build_results(kit, record, notes, new.get("execution_time", 0.0), after)
+    seconds = old.get("execution_time", 0.0) + new.get("execution_time", 0.0)
+    merged = build_results(kit, record, notes, seconds, after, graded)
     ids = [e["id"] for e in new["extra_data"]["entries"]]
     kept = len(merged["tests"]) - len(ids)
     merged["output"] = (f"A regrade of {len(ids)} entries ({len(regrade.items)} cases); the other {kept} entries "
                         "are the earlier grade's.\n" + merged["output"])  # fmt: skip
     merged["extra_data"]["regrades"] = old["extra_data"].get("regrades", []) + [ids]
+    if "submission" in new["extra_data"] or "submission" in old["extra_data"]:
+        merged["extra_data"]["submission"] = old["extra_data"].get("submission", new["extra_data"].get("submission"))
     return merged
 
 
@@ -215,22 +309,32 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def device_faithful(args) -> bool:
+    """Whether the tests run in device-faithful mode (tests/harness/device_faithful.py): ``--device-faithful`` or
+    ``--no-device-faithful`` as given, else the suite's default (on with gloo, off with nccl). The grader's own
+    environment does not decide it (the tests' environment is built afresh: ``runner._env``)."""
+    asked = getattr(args, "device_faithful", None)
+    return args.backend == "gloo" if asked is None else asked
+
+
 def settings_of(args) -> dict:
     """What the results record of how the tests ran (a merge and the GPU bundle's label read it back)."""
     sizes = sorted({int(w) for w in str(args.world_sizes).split(",") if w.strip()})
-    return {"backend": args.backend, "world_sizes": ",".join(map(str, sizes))}
+    return {"backend": args.backend, "world_sizes": ",".join(map(str, sizes)), "device_faithful": device_faithful(args)}
 
 
 def _settings(args, work: Path, budget: float, hidden: bool, parts: dict | None = None) -> Settings:
     """``parts``: (test file -> part, part -> seconds its tests may take) for the per-part budgets."""
     select = ("-k", args.select) if args.select else ()
+    asked = getattr(args, "device_faithful", None)  # passed only when given: asked for, it also stands for a node
+    faithful = () if asked is None else ("--device-faithful" if asked else "--no-device-faithful",)
     file_parts, part_budgets = parts or ({}, {})
     return Settings(
         work=work, backend=args.backend, world_sizes=args.world_sizes, deadline=args.deadline,
         test_timeout=args.test_timeout, budget=budget,
         worker_memory_mb=args.memory_mb if args.memory_mb is not None else (0 if args.backend == "nccl" else 4096),
         run_as=args.run_as, python=args.python,
-        extra_pytest_args=(*select, *(("--grading-redact",) if hidden else ())),
+        extra_pytest_args=(*select, *faithful, *(("--grading-redact",) if hidden else ())),
         file_parts=file_parts, part_budgets=part_budgets,
     )  # fmt: skip
 
@@ -255,7 +359,8 @@ def _matching(files: list[str], select: str | None, staff: StaffFiles) -> list[s
     return keep
 
 
-def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: Path, start: float) -> RunRecord:
+def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: Path, start: float,
+                            progress=None) -> RunRecord:  # fmt: skip
     """The public tests in a sandbox that holds no hidden test, then the hidden tests in a sandbox,
     pytest process and worker pools of their own, whose failures show no rank output (``--grading-redact``):
     what a submission can read or print while public tests run cannot contain a hidden test."""
@@ -268,8 +373,9 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     public = [f for f in files if rubric.part_of(f)[1] == "public"]
     file_parts = {f: rubric.part_of(f)[0].name for f in files}
     budgets = {name: part.budget_s for name, part in rubric.parts.items()}
-    record = run_tests(_settings(args, work / "public", args.timeout, False, (file_parts, budgets)),
-                       staff.without(HIDDEN_TESTS), sub, public)  # fmt: skip
+    settings = _settings(args, work / "public", args.timeout, False, (file_parts, budgets))
+    settings.on_progress = progress and functools.partial(progress.update, "public")
+    record = run_tests(settings, staff.without(HIDDEN_TESTS), sub, public)
     left = args.timeout - (time.monotonic() - start)
     if not hidden:
         return record
@@ -281,6 +387,7 @@ def _run_public_then_hidden(args, rubric: Rubric, staff: StaffFiles, sub, work: 
     budgets = {name: budget - record.spent.get(name, 0.0) for name, budget in budgets.items()}
     settings = _settings(args, work / "hidden", left, True, (file_parts, budgets))
     settings.hung_functions = dict(record.hung)  # what hung in the public run is not waited for again
+    settings.on_progress = progress and functools.partial(progress.update, "hidden")
     secret = run_tests(settings, staff, sub, hidden)
     if not secret.items and args.select:  # a --select that matches no hidden test: nothing to report
         secret.notes = [n for n in secret.notes if "could not collect" not in n]
@@ -298,7 +405,7 @@ def grade_one(args) -> int:
     start = time.monotonic()
     become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    record, notes, kit, graded = RunRecord(), [], None, None
+    record, notes, kit, graded, old, ran = RunRecord(), [], None, None, None, False
     try:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
@@ -317,14 +424,26 @@ def grade_one(args) -> int:
         except SubmissionError as exc:
             notes.append(f"the submission could not be read: {exc}")
             sub = None
+        if args.merge_into:  # refused before any test runs: settings, parts and bytes against the earlier grade
+            old = read_earlier(args.merge_into)
+            check_merge(old, settings_of(args), list(rubric.parts), graded)
+        ran = True
         if sub is not None:
             notes.extend(sub.notes)
             if not sub.modules and not any(UPLOAD in n for n in notes):
                 notes.append(f"no part module (collectives.py, ddp.py, ...) was found in the submission: {UPLOAD}")
             staff = StaffFiles.snapshot(REPO)  # read before any student code runs; not for a precomputed grade
-            record = _run_public_then_hidden(args, rubric, staff, sub, work, start)
+            progress = Progress(rubric)
+            try:
+                record = _run_public_then_hidden(args, rubric, staff, sub, work, start, progress)
+            finally:
+                progress.close()
         results = build_results(rubric, record, notes, time.monotonic() - start, settings_of(args), graded)
+        results["extra_data"]["submission"] = args.submission.name
         code = 0 if record.items else 2
+    except MergeError as exc:
+        print(f"not regraded, no test run, nothing written ({args.merge_into} is as it was): {exc}", file=sys.stderr)
+        return 2
     except Exception:  # noqa: BLE001 - the grader itself failed: say so visibly, never a silent 0
         results = {"score": 0, "execution_time": round(time.monotonic() - start, 1), "tests": [],
                    "output": "The autograder failed (not your fault); the staff will regrade.\n"
@@ -332,7 +451,7 @@ def grade_one(args) -> int:
         code = 2
     finally:
         kill_descendants()
-        if args.staff_log:
+        if args.staff_log and ran:
             Path(args.staff_log).write_text(record.staff_log)
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -340,16 +459,41 @@ def grade_one(args) -> int:
         try:
             if not results.get("tests"):
                 raise MergeError("the regrade graded nothing:\n" + results["output"])
-            results = merge_regrade(json.loads(args.merge_into.read_text()), results, kit)
+            results = merge_regrade(old, results, kit)
         except MergeError as exc:
             print(f"not merged, nothing written ({args.merge_into} is as it was): {exc}", file=sys.stderr)
             return 2
     write_json(args.out, results)
     print(results["output"])
-    if args.merge_into and (args.out.parent / SUMMARY_JSON).exists():  # a batch's folder: its dashboard follows
-        summary = write_summary(read_results(args.out.parent), args.out.parent)
-        print(f"dashboard of {args.out.parent} rewritten ({summary['submissions']} submissions)")
+    if args.merge_into:
+        for line in after_merge(args.merge_into, args.out, record.staff_log, results):
+            print(line)
     return code
+
+
+def after_merge(earlier: Path, out: Path, staff_log: str, merged: dict) -> list[str]:
+    """Every file that describes the merged grade made current, from the merged results: the staff log beside
+    ``out`` (the one beside ``earlier`` and then this regrade's, when the earlier grade has one: a batch's layout),
+    and, when ``out`` is in a batch's results folder (it holds the dashboard), that folder's dashboard and the CSV
+    the batch wrote (``summary.refresh``). Returns what it says it did."""
+    said = []
+    before = earlier.with_name(earlier.stem + STAFF_LOG)
+    if before.exists():
+        regrades = len(merged["extra_data"].get("regrades", []))
+        combined = (before.read_text(errors="replace") + f"\n[grader] regrade {regrades} "
+                    f"({time.strftime('%F %T')}), merged into the grade above:\n" + staff_log)  # fmt: skip
+        log = out.with_name(out.stem + STAFF_LOG)
+        write_text_atomic(log, combined)
+        said.append(f"staff log: {log} (the earlier grade's, then this regrade's)")
+    if (out.parent / SUMMARY_JSON).exists():  # a batch's folder: its dashboard and CSV follow
+        said += refresh(out.parent)
+    return said
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 # -- batch ---------------------------------------------------------------------------------------------
@@ -368,6 +512,8 @@ def _batch(args) -> int:
     for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as),
                         ("--python", args.python)):  # fmt: skip
         passthrough += [flag, value] if value else []
+    if args.device_faithful is not None:
+        passthrough.append("--device-faithful" if args.device_faithful else "--no-device-faithful")
     if args.run_as:  # a submission must not read the others, nor their results
         out_dir.mkdir(parents=True, exist_ok=True)
         out_dir.chmod(0o700)
@@ -379,26 +525,21 @@ def _batch(args) -> int:
 
     def one(sub: Path):
         out = out_dir / f"{sub.stem}.json"
-        start = time.monotonic()
         log = ["--staff-log", str(out_dir / f"{sub.stem}{STAFF_LOG}")]  # the dashboard reads hidden failures there
         cmd = [sys.executable, "-m", "scripts.grading", str(sub), "--out", str(out), *passthrough, *log]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout + 300)
-        return sub, out, proc.returncode, time.monotonic() - start
+        return sub, out, proc.returncode
 
     rows, results = [], {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool, tqdm(total=len(subs), unit="submission") as bar:
         for fut in as_completed([pool.submit(one, s) for s in subs]):
-            sub, out, code, seconds = fut.result()
+            sub, out, code = fut.result()
             try:
                 res = json.loads(out.read_text())
             except (OSError, ValueError):
                 res = {"score": 0, "tests": []}
             results[sub.name] = res
-            parts = res.get("extra_data", {}).get("parts", {})
-            rows.append({"submission": sub.name, "score": res.get("score", 0),
-                         "max_score": round(sum(t.get("max_score", 0) for t in res.get("tests", [])), 2),
-                         **{p: v[0] for p, v in parts.items()}, "seconds": round(seconds),
-                         "status": "ok" if code == 0 else f"grader exit {code}"})  # fmt: skip
+            rows.append(grade_row(sub.name, res, "ok" if code == 0 else f"grader exit {code}"))
             bar.set_postfix_str(f"{sub.name}: {res.get('score', 0)}")
             bar.update()
     rows.sort(key=lambda r: r["submission"])
@@ -408,7 +549,7 @@ def _batch(args) -> int:
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
-    write_summary(results, out_dir)  # the staff dashboard: pass rates per task and test, commonest failures
+    write_summary(results, out_dir, csv_path=args.csv)  # the staff dashboard; it records the CSV for a refresh
     print(
         f"dashboard: {out_dir / 'summary.md'} (pass rates, commonest failures), {out_dir / 'dashboard.png'} "
         f"(failing, unfinished and passing students per task) and {out_dir / 'grades.png'} (the grades)"
@@ -465,6 +606,10 @@ def main(argv=None) -> int:
         help="a GPU node's results bundle (scripts/grading/gpu_results.py): "
         "a submission found in it gets those results, nothing runs",
     )
+    p.add_argument("--device-faithful", action=argparse.BooleanOptionalAction, default=None,
+                   help="device-faithful mode of the tests (tests/README.md): on gloo, fail what NCCL would (a CPU "
+                   "tensor meeting the rank's); default: on with gloo, off with nccl. --no-device-faithful grades "
+                   "as plain gloo does; recorded in results.json (extra_data.settings)")  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the sandbox folder (for debugging the grader)")
     args = p.parse_args(argv)
     if args.batch:

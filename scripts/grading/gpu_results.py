@@ -15,9 +15,12 @@ submission is graded on Gradescope's CPU as usual, and the output says it was no
 
 ``pack`` refuses (exit 1, nothing written) a batch whose results graded other parts, or to another maximum, than
 the kit they are delivered in (the zip's own rubric with ``--into``, else ``--rubric``), naming each submission and
-what differs: a bundle of ``--parts 2,4,6`` grades in a full kit's zip would give students 35.8 / 39. Each result is
-labelled with the backend and world sizes its own grade recorded. A grade that failed (no tests) is left out, so
-Gradescope grades that submission on its CPU.
+what differs: a bundle of ``--parts 2,4,6`` grades in a full kit's zip would give students 35.8 / 39. It refuses
+results that graded other code than the export holds (the fingerprint each results.json records of what it graded
+against the export's submission: a regrade of a changed copy merged into the results would otherwise be handed to
+the original submission), and results graded on CPUs (gloo) unless each such submission is named with
+``--allow-cpu``. Each result is labelled with the backend and world sizes its own grade recorded. A grade that
+failed (no tests) is left out, so Gradescope grades that submission on its CPU.
 
 ``--csv`` also writes one row per student (name, SID, email from the export's ``submission_metadata.yml``,
 score, maximum, submission id), for a gradebook or a manual upload where the course prefers it.
@@ -38,9 +41,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from scripts.grading.fingerprint import UPLOAD, fingerprint, fingerprint_at, read_graded  # noqa: F401 (UPLOAD)
+from scripts.grading.fingerprint import file_hashes, fingerprint, fingerprint_at, read_graded
 from scripts.grading.rubric import RUBRIC_PATH, Rubric, load_rubric
-from scripts.grading.sandbox import Submission, graded_modules
+from scripts.grading.sandbox import Submission, graded_modules, keep_graded
 
 BUNDLE_NAME = "gpu-results.json"  # its name inside the autograder zip (run_autograder looks for it)
 KIT_RUBRIC = "scripts/grading/rubric.toml"  # the kit's rubric, inside the autograder zip
@@ -115,13 +118,37 @@ def read_metadata(export: Path) -> dict[str, list[dict[str, str]]]:
     return out
 
 
-def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]]:
+def code_problem(results: dict, export_sub: Path, modules) -> str | None:
+    """Why ``results`` are not a grade of the code the export holds for this submission (None when they are): the
+    fingerprint they recorded of what they graded (``extra_data["graded"]``) against that of the export's
+    submission, as the kit's grade reads it (the bundle's key), naming the files that differ."""
+    graded = (results.get("extra_data") or {}).get("graded") or {}
+    if not graded.get("fingerprint"):
+        return "its results record no fingerprint of the code they graded (an older grader's): grade it again"
+    now = fingerprint_at(export_sub, modules)
+    if graded["fingerprint"] == now:
+        return None
+    if now.startswith("unreadable"):
+        return f"the export's submission cannot be read ({now}); its results graded {graded['fingerprint'][:16]}"
+    mine = file_hashes(keep_graded(read_graded(export_sub), frozenset(modules)))
+    theirs = graded.get("files", {})
+    differ = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
+    return (f"its results graded other code than the export holds (fingerprint {graded['fingerprint'][:16]}, the "
+            f"export's {now[:16]}; differing: {', '.join(differ) or 'the modules graded'}): grade this submission "
+            "again from the export (a regrade merged from other bytes, or results of another export)")  # fmt: skip
+
+
+def pack(export: Path, results_dir: Path, kit: Rubric, cpu_ok: frozenset[str] = frozenset()) -> tuple[dict, list[dict]]:
     """The bundle (fingerprint -> results) and one CSV row per submitter; ``PackError`` naming every submission
-    whose results differ from ``kit`` (parts or maximum) or do not say how they were graded."""
+    whose results differ from ``kit`` (parts or maximum), do not say how they were graded, graded other code than
+    the export holds (``code_problem``), or ran on CPUs (gloo) when the submission is not named in ``cpu_ok``."""
     metadata = read_metadata(export)
     modules = graded_modules(list(kit.parts))  # what the kit's grade takes from a submission: the bundle's key
     bundle, rows, problems = {}, [], []
-    for sub_path in sorted(p for p in export.iterdir() if p.is_dir() or p.suffix == ".zip"):
+    subs = sorted(p for p in export.iterdir() if p.is_dir() or p.suffix == ".zip")
+    unknown = sorted(cpu_ok - {p.name for p in subs} - {p.stem for p in subs})
+    problems += [f"--allow-cpu {name}: no such submission in {export}" for name in unknown]
+    for sub_path in subs:
         result_path = results_dir / f"{sub_path.stem}.json"
         if not result_path.exists():
             print(f"{sub_path.name}: no results in {results_dir} (not graded?); left out", file=sys.stderr)
@@ -134,7 +161,14 @@ def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]
             results["output"] = label(results) + "\n\n" + results.get("output", "")
         except PackError as exc:
             problems.append(f"{sub_path.name}: {exc}")
+        backend = ((results.get("extra_data") or {}).get("settings") or {}).get("backend")
+        if backend and backend != "nccl" and not {sub_path.name, sub_path.stem} & cpu_ok:
+            problems.append(f"{sub_path.name}: graded on CPUs ({backend}), not on the GPU node: grade it on the node, "
+                            f"or deliver this CPU grade on purpose with --allow-cpu {sub_path.stem}")  # fmt: skip
         problems += [f"{sub_path.name}: {p}" for p in kit_problems(results, kit)]
+        problem = code_problem(results, sub_path, modules)
+        if problem:
+            problems.append(f"{sub_path.name}: {problem}")
         bundle[fingerprint_at(sub_path, modules)] = results
         maximum = round(sum(t.get("max_score", 0) for t in results.get("tests", [])), 2)
         for person in metadata.get(sub_path.stem, [{}]):
@@ -143,8 +177,8 @@ def pack(export: Path, results_dir: Path, kit: Rubric) -> tuple[dict, list[dict]
                          "max_score": maximum, "submission": sub_path.stem})  # fmt: skip
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        raise PackError("not packed: these results do not fit the kit (" + ", ".join(kit.parts) + "):\n  "
-                        + "\n  ".join(shown))  # fmt: skip
+        raise PackError("not packed: these results cannot be delivered in the kit (" + ", ".join(kit.parts)
+                        + "):\n  " + "\n  ".join(shown))  # fmt: skip
     return bundle, rows
 
 
@@ -167,9 +201,13 @@ def main(argv=None) -> int:
     k.add_argument("--into", type=Path, help="add the bundle to this autograder zip as " + BUNDLE_NAME)
     k.add_argument("--rubric", type=Path, default=RUBRIC_PATH, help="without --into: the kit's rubric, which every "
                    "result must match in parts and maximum (default scripts/grading/rubric.toml)")  # fmt: skip
+    k.add_argument("--allow-cpu", action="append", default=[], metavar="SUBMISSION",
+                   help="deliver this submission's CPU (gloo) grade as it is (repeat, or comma-separate; by its name "
+                   "in the export): without it, CPU results are refused")  # fmt: skip
     args = p.parse_args(argv)
+    cpu_ok = frozenset(n.strip() for value in args.allow_cpu for n in value.split(",") if n.strip())
     try:
-        bundle, rows = pack(args.export, args.results, kit_rubric(args.into, args.rubric))
+        bundle, rows = pack(args.export, args.results, kit_rubric(args.into, args.rubric), cpu_ok)
     except PackError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,8 @@ class Settings:
     file_parts: dict[str, str] = field(default_factory=dict)
     part_budgets: dict[str, float] = field(default_factory=dict)
     hung_functions: dict[str, str] = field(default_factory=dict)  # from an earlier run of this grade: refused
+    # Called with the run's record after each batch of results (the grade's progress on stderr: progress.py).
+    on_progress: Callable[[RunRecord], None] | None = None
 
 
 @dataclass
@@ -280,6 +283,8 @@ def _run_once(settings, sandbox, selection, deadline_at, record: RunRecord, curr
                 _apply(ev, record, current, settings.file_parts)
                 if ev["event"] == "finished":
                     why = "finished"
+            if events:
+                _report(settings, record)
             if why == "finished" or (reader.closed and proc.poll() is not None):
                 break
     finally:
@@ -421,4 +426,17 @@ def run_tests(settings: Settings, staff: StaffFiles, sub: Submission, files: lis
             record.outcomes.update({n: ("failed", reason) for n in remaining})
             break
         selection = remaining
+        _report(settings, record)
+    _report(settings, record)
     return record
+
+
+def _report(settings: Settings, record: RunRecord) -> None:
+    """Tell ``settings.on_progress`` where the run is; a failure there is the display's, never the grade's."""
+    if settings.on_progress is None:
+        return
+    try:
+        settings.on_progress(record)
+    except Exception as exc:  # noqa: BLE001
+        settings.on_progress = None
+        record.staff_log += f"\n[runner] progress display failed and was turned off: {exc!r}\n"

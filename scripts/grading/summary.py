@@ -5,7 +5,8 @@
         submissions-results/summary.json   the same numbers, for a spreadsheet or a script
         submissions-results/dashboard.png  students failing / unfinished / passing, per task (parts in the title)
         submissions-results/grades.png     the grade histogram (percent of the autograded maximum)
-    python -m scripts.grading.summary submissions-results/              # again, from the results alone
+    python -m scripts.grading.summary submissions-results/              # again, from the results alone, and the
+                                                                        # batch's CSV (after a regrade's merge)
 
 Each results JSON carries, in ``extra_data["entries"]``, every test function's cases: the case id, the task(s)
 its markers name, its outcome and a one-line headline of its failure (scripts/grading/__main__.py
@@ -115,7 +116,8 @@ def summarize(results: dict[str, dict], staff_logs: dict[str, str] | None = None
     for sub, res in sorted(results.items()):
         most = sum(t.get("max_score", 0) for t in res.get("tests", []))
         grades.append({"submission": sub, "score": res.get("score", 0), "max_score": round(most, 3),
-                       "percent": round(100 * res.get("score", 0) / most, 1) if most else 0.0})  # fmt: skip
+                       "percent": round(100 * res.get("score", 0) / most, 1) if most else 0.0,
+                       "fingerprint": fingerprint_of_results(res)})  # fmt: skip
         real = staff_headlines(staff_logs.get(sub, ""))
         mine: dict[tuple, list] = defaultdict(list)
         for e in res.get("extra_data", {}).get("entries", []):
@@ -249,6 +251,14 @@ def render_markdown(s: dict) -> str:
         out.append(f"| {c['task']} | {c['test']} | {_case(c['case'])} | {c['students_failing']} "
                    f"| {c['students_unfinished']} | {c['students_passing']} | {fail} "
                    f"| {_cell(c['staff_failure'])} |")  # fmt: skip
+    out += ["", "## The code each grade graded", "",
+            "Each grade's fingerprint (the first 16 of its 64 hex digits; the CSV and summary.json have them whole): "
+            "SHA-256 over the modules it took from the submission (scripts/grading/fingerprint.py). A regrade is "
+            "merged, and a grade is delivered to Gradescope, only for these bytes.", "",
+            "| submission | score | fingerprint |", "|---|---:|---|"]  # fmt: skip
+    for g in s["grades"]:
+        out.append(f"| {g['submission']} | {g['score']:g} / {g['max_score']:g} | "
+                   f"{_cell(g.get('fingerprint', '')[:16]) or '(none: not read)'} |")  # fmt: skip
     return "\n".join(out) + "\n"
 
 
@@ -303,6 +313,25 @@ def draw_dashboard(s: dict, path: Path, rows: int = 20) -> None:
     plt.close(fig)
 
 
+def fingerprint_of_results(results: dict) -> str:
+    """The fingerprint of the code a results JSON graded (``extra_data["graded"]``), "" when it records none."""
+    return ((results.get("extra_data") or {}).get("graded") or {}).get("fingerprint", "")
+
+
+def grade_row(name: str, results: dict, status: str | None = None) -> dict:
+    """A submission's CSV row, from its results alone: score, maximum, one column per part, the grade's seconds
+    (its ``execution_time``: a merged grade's is both runs'), a status (``ok``, or the grader's failure: ``status``
+    where the caller knows the exit code) and the fingerprint of the code graded. The batch, a merge's refresh and
+    the cluster's ``collect`` write the same rows."""
+    parts = (results.get("extra_data") or {}).get("parts", {})
+    ok = bool(results.get("tests"))
+    return {"submission": name, "score": results.get("score", 0),
+            "max_score": round(sum(t.get("max_score", 0) for t in results.get("tests", [])), 2),
+            **{p: v[0] for p, v in parts.items()}, "seconds": round(results.get("execution_time", 0)),
+            "status": "ok" if ok and status in (None, "ok") else (status or "grader exit 2"),
+            "fingerprint": fingerprint_of_results(results)}  # fmt: skip
+
+
 def write_grades_csv(rows: list[dict], path: Path) -> list[str]:
     """One row per submission into ``path`` (the batch's CSV; the cluster's ``collect`` writes the same), columns in
     the order the rows first name them; returns the columns."""
@@ -314,9 +343,13 @@ def write_grades_csv(rows: list[dict], path: Path) -> list[str]:
     return columns
 
 
-def write_summary(results: dict[str, dict], out_dir: Path, staff_logs: dict[str, str] | None = None) -> dict:
-    """Write summary.md, summary.json, dashboard.png and grades.png into ``out_dir``; return the numbers."""
+def write_summary(results: dict[str, dict], out_dir: Path, staff_logs: dict[str, str] | None = None,
+                  csv_path: Path | None = None) -> dict:  # fmt: skip
+    """Write summary.md, summary.json, dashboard.png and grades.png into ``out_dir``; return the numbers.
+    ``csv_path``: the CSV written beside them, recorded in summary.json so that ``refresh`` rewrites it too."""
     s = summarize(results, staff_logs if staff_logs is not None else read_staff_logs(out_dir, results))
+    if csv_path is not None:
+        s["csv"] = str(Path(csv_path).resolve())
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SUMMARY_JSON).write_text(json.dumps(s, indent=1) + "\n")
     (out_dir / SUMMARY_MD).write_text(render_markdown(s))
@@ -335,6 +368,27 @@ def read_staff_logs(folder: Path, results: dict[str, dict]) -> dict[str, str]:
     return logs
 
 
+def refresh(folder: Path, csv_path: Path | None = None) -> list[str]:
+    """Rebuild, from the results JSONs in ``folder`` alone, its dashboard and its CSV (``csv_path``, else the one
+    its summary.json records: the batch's ``--csv``, the cluster's ``grades.csv``): what a merge does to the folder
+    it writes into, and ``python -m scripts.grading.summary FOLDER``. Returns what it wrote."""
+    if csv_path is None:
+        try:
+            recorded = json.loads((folder / SUMMARY_JSON).read_text()).get("csv")
+        except (OSError, ValueError):
+            recorded = None
+        csv_path = Path(recorded) if recorded else None
+    results = read_results(folder)
+    said = []
+    if csv_path is not None:
+        rows = [grade_row((res.get("extra_data") or {}).get("submission", stem), res) for stem, res in results.items()]
+        write_grades_csv(sorted(rows, key=lambda r: r["submission"]), csv_path)
+        said.append(f"CSV: {csv_path} ({len(rows)} rows)")
+    s = write_summary(results, folder, csv_path=csv_path)
+    said.append(f"dashboard of {folder} rewritten ({s['submissions']} submissions, {parts_title(s)})")
+    return said
+
+
 def read_results(folder: Path) -> dict[str, dict]:
     found = {}
     for path in sorted(folder.glob("*.json")):
@@ -350,9 +404,13 @@ def read_results(folder: Path) -> dict[str, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", type=Path, help="a batch's results folder (one results JSON per submission)")
+    ap.add_argument("--csv", type=Path, help="also write the CSV here (default: the one the batch or the cluster's "
+                    "collect wrote, as summary.json records it)")  # fmt: skip
     args = ap.parse_args(argv)
-    s = write_summary(read_results(args.results), args.results)
-    print(f"wrote {args.results / SUMMARY_MD} ({s['submissions']} submissions, {parts_title(s)})")
+    if not args.results.is_dir():
+        ap.error(f"results: {args.results} is not a folder")
+    for line in refresh(args.results, args.csv):
+        print(line)
     return 0
 
 

@@ -6,12 +6,15 @@ pytest tests/staff/grader/test_batch_and_submissions.py -v
 from __future__ import annotations
 
 import csv
+import json
 import os
 import stat
 import zipfile
 
 import pytest
 
+from scripts.grading import summary
+from scripts.grading.fingerprint import fingerprint_at
 from scripts.grading.sandbox import MAX_MODULE_BYTES, read_submission
 from tests.harness.pool import ROOT as REPO
 
@@ -65,3 +68,12 @@ def test_batch_grades_every_submission_and_writes_a_csv(batch_of_reference_and_s
     assert "| alice |" in proc.stdout and (batch.folder.with_name("subs-results") / "alice.json").exists()
     last = proc.stdout.strip().splitlines()[-1]
     assert all(f in last for f in ("summary.md", "dashboard.png", "grades.png")), last
+    results = batch.folder.with_name("subs-results")
+    graded = json.loads((results / "alice.json").read_text())["extra_data"]["graded"]
+    assert rows["alice"]["fingerprint"] == graded["fingerprint"] == fingerprint_at(batch.folder / "alice",
+                                                                                  graded["modules"])  # fmt: skip
+    # The CSV is a function of the results alone: rebuilt from them (as after a regrade's merge), it is the same.
+    rebuilt = results.parent / "rebuilt.csv"
+    summary.refresh(results, rebuilt)
+    assert list(csv.DictReader(rebuilt.open())) == list(csv.DictReader(batch.csv.open()))
+    assert graded["fingerprint"][:16] in (results / "summary.md").read_text(), "the dashboard names no fingerprint"

@@ -64,13 +64,15 @@ def test_the_fingerprint_is_the_stated_hash_of_the_graded_modules_and_nothing_el
 
 
 def test_a_grades_record_names_what_its_run_imports_and_recomputes_from_the_file_hashes(folder):
-    """A grade of part 2 from the staff checkout imports ddp.py and accounting.py from the submission (the kit of
-    part 2): its record lists those modules, hashes the one present and its fingerprint is computable from the
-    file hashes alone (how a merge fingerprints the union of two grades)."""
+    """A grade of parts 2 and 6 from the staff checkout imports ddp.py and accounting.py from the submission (the
+    kit of those parts; Part 2 alone has no accounting task, so only ddp.py): its record lists those modules, hashes
+    the one present and its fingerprint is computable from the file hashes alone (how a merge fingerprints the
+    union of two grades)."""
     kit = load_rubric()
     sub = keep_graded(read_graded(folder), graded_modules(list(kit.parts)))
     assert fingerprint(sub) == _stated({"collectives": COLLECTIVES, "ddp": DDP})
-    record = graded_record(kit_submission(sub, ["ddp"])[0])
+    assert graded_record(kit_submission(sub, ["ddp"])[0])["modules"] == ["ddp"], "Part 2 has no accounting task"
+    record = graded_record(kit_submission(sub, ["ddp", "accounting"])[0])
     assert record["modules"] == ["accounting", "ddp"], record
     assert record["files"] == {"ddp.py": hashlib.sha256(DDP).hexdigest()}
     assert record["fingerprint"] == _stated({"ddp": DDP}) == fingerprint_of(record["files"])

@@ -16,11 +16,13 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from scripts.grading import gpu_results
-from scripts.grading.sandbox import read_submission
+from scripts.grading.fingerprint import UPLOAD, fingerprint, graded_record, read_graded
+from scripts.grading.sandbox import graded_modules, keep_graded, read_submission
 from tests.harness.pool import ROOT
 
 pytestmark = pytest.mark.staff
@@ -54,11 +56,16 @@ files = ["tests/test_ddp*.py"]
 """  # a kit of part 2 worth 10 points, which the results below match
 
 
-def _results(score: float, backend: str = "nccl", sizes: str = "2,4,8", most: float = 10, part="ddp") -> dict:
+def _results(score: float, backend: str = "nccl", sizes: str = "2,4,8", most: float = 10, part="ddp",
+             graded: Path | None = None) -> dict:  # fmt: skip
+    """Results as the grader writes them; ``graded``: the submission whose code they graded (as the kit reads it)."""
+    extra = {"settings": {"backend": backend, "world_sizes": sizes}}
+    if graded is not None:
+        extra["graded"] = graded_record(keep_graded(read_graded(graded), graded_modules(["ddp"])))
     return {
         "score": score,
         "output": "part lines",
-        "extra_data": {"settings": {"backend": backend, "world_sizes": sizes}},
+        "extra_data": extra,
         "tests": [{"name": "t", "score": score, "max_score": most, "tags": [part]}],
     }
 
@@ -80,8 +87,9 @@ def graded_batch(tmp_path):
         (export / f"submission_{sid}" / "README.md").write_text("not graded\n")
     (export / "submission_metadata.yml").write_text(METADATA)
     results.mkdir()
-    (results / "submission_101.json").write_text(json.dumps(_results(7)))
-    (results / "submission_102.json").write_text(json.dumps(_results(9.5, "gloo", "1,2,4")))
+    (results / "submission_101.json").write_text(json.dumps(_results(7, graded=export / "submission_101")))
+    (results / "submission_102.json").write_text(json.dumps(_results(9.5, "gloo", "1,2,4", graded=export /
+                                                                     "submission_102")))  # fmt: skip
     (tmp_path / "kit.toml").write_text(KIT_RUBRIC)
     return export, results
 
@@ -90,7 +98,8 @@ def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_p
     """pack: one bundle entry per graded submission, a CSV row per student, the bundle added to the zip once."""
     export, results = graded_batch
     out, table, kit = tmp_path / "gpu-results.json", tmp_path / "grades.csv", _kit_zip(tmp_path / "autograder.zip")
-    argv = ["pack", str(export), str(results), "--out", str(out), "--csv", str(table), "--into", str(kit)]
+    argv = ["pack", str(export), str(results), "--out", str(out), "--csv", str(table), "--into", str(kit),
+            "--allow-cpu", "submission_102"]  # fmt: skip
     assert gpu_results.main(argv) == 0
     bundle = json.loads(out.read_text())
     assert len(bundle) == 2, f"two submissions were graded on the node, the bundle holds {len(bundle)}"
@@ -119,7 +128,7 @@ def test_one_changed_graded_byte_loses_the_node_grade_a_renamed_or_extra_file_ke
     export, results = graded_batch
     bundle = tmp_path / "b.json"
     assert gpu_results.main(["pack", str(export), str(results), "--out", str(bundle), "--rubric",
-                             str(tmp_path / "kit.toml")]) == 0  # fmt: skip
+                             str(tmp_path / "kit.toml"), "--allow-cpu", "submission_102"]) == 0  # fmt: skip
     moved = tmp_path / "renamed"
     shutil.copytree(export / "submission_101", moved)
     (moved / "notes.txt").write_text("extra\n")
@@ -137,8 +146,8 @@ def test_run_autograder_hands_out_the_node_grade_without_running_anything(graded
     for folder in ("scripts", "tests", "cs336_systems"):
         shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__", "staff"))
     shutil.copy(ROOT / "pyproject.toml", source)
-    gpu_results.main(["pack", str(export), str(results), "--out", str(source / gpu_results.BUNDLE_NAME), "--rubric",
-                      str(tmp_path / "kit.toml")])  # fmt: skip
+    assert gpu_results.main(["pack", str(export), str(results), "--out", str(source / gpu_results.BUNDLE_NAME),
+                             "--rubric", str(tmp_path / "kit.toml"), "--allow-cpu", "submission_102"]) == 0  # fmt: skip
     shutil.copytree(export / "submission_101", root / "submission")
     (root / "results").mkdir()
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "CS336_PYTHON": sys.executable, "CS336_RUN_AS": ""}
@@ -198,8 +207,48 @@ def test_a_zip_left_inside_the_submission_folder_is_graded_and_keyed_by_its_modu
     (folder / "README.md").write_text("notes\n")
     sub = gpu_results.read_graded(folder)
     assert sub.modules == read_submission(export / "submission_101").modules
-    assert "submission.zip, a zip inside your submission" in sub.notes[0] and gpu_results.UPLOAD in sub.notes[0]
-    assert gpu_results.fingerprint(sub) == gpu_results.fingerprint(read_submission(export / "submission_101"))
+    assert "submission.zip, a zip inside your submission" in sub.notes[0] and UPLOAD in sub.notes[0]
+    assert fingerprint(sub) == fingerprint(read_submission(export / "submission_101"))
     shutil.copy(folder / "submission.zip", folder / "again.zip")
     two = gpu_results.read_graded(folder)
-    assert not two.modules and any("2 zips" in n and gpu_results.UPLOAD in n for n in two.notes), two.notes
+    assert not two.modules and any("2 zips" in n and UPLOAD in n for n in two.notes), two.notes
+
+
+def test_pack_refuses_cpu_results_unless_each_is_named(graded_batch, tmp_path, capsys):
+    """A gloo grade (a CPU run, world sizes 1, 2, 4) in the node's results folder is not the node's grade: refused,
+    nothing written, the message naming the submission and --allow-cpu; named, it is packed (labelled as CPU);
+    a name that is not in the export is refused rather than ignored."""
+    export, results = graded_batch
+    kit, out = _kit_zip(tmp_path / "autograder.zip"), tmp_path / "b.json"
+    argv = ["pack", str(export), str(results), "--out", str(out), "--rubric", str(tmp_path / "kit.toml")]
+    assert gpu_results.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "submission_102: graded on CPUs (gloo)" in err and "--allow-cpu submission_102" in err, err
+    assert "submission_101" not in err and not out.exists()
+    assert gpu_results.main([*argv, "--allow-cpu", "submission_103,submission_999"]) == 1
+    assert "--allow-cpu submission_999: no such submission" in capsys.readouterr().err and not out.exists()
+    assert gpu_results.main([*argv, "--allow-cpu", "submission_102", "--into", str(kit)]) == 0
+    assert len(json.loads(out.read_text())) == 2
+
+
+def test_pack_refuses_results_graded_from_other_bytes_which_precomputed_would_hand_out(graded_batch, tmp_path,
+                                                                                        capsys):  # fmt: skip
+    """The case of issue 55: submission_101's results come from a regrade of a changed copy (fixed since), and
+    the export holds the original. Packed, ``--precomputed`` would give the original the fixed copy's grade;
+    pack refuses, naming the file that differs and what to do, and writes nothing. Results that record no
+    graded code (an older grader's) are refused too."""
+    export, results = graded_batch
+    fixed = tmp_path / "fixed"
+    shutil.copytree(export / "submission_101", fixed)
+    (fixed / "cs336_systems" / "ddp.py").write_text("A = 1  # fixed after the export\n")
+    (results / "submission_101.json").write_text(json.dumps(_results(10, graded=fixed)))
+    kit, out = _kit_zip(tmp_path / "autograder.zip"), tmp_path / "b.json"
+    argv = ["pack", str(export), str(results), "--out", str(out), "--into", str(kit), "--allow-cpu", "submission_102"]
+    assert gpu_results.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "submission_101: its results graded other code than the export holds" in err and "ddp.py" in err, err
+    assert "grade this submission again" in err and "submission_102" not in err, err
+    assert not out.exists() and gpu_results.BUNDLE_NAME not in zipfile.ZipFile(kit).namelist()
+    (results / "submission_101.json").write_text(json.dumps(_results(10)))
+    assert gpu_results.main(argv) == 1
+    assert "record no fingerprint of the code they graded" in capsys.readouterr().err

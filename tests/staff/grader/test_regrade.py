@@ -15,24 +15,36 @@ minutes. ``test_a_real_regrade_through_the_command_line`` runs the grader on one
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
+import time
 import zlib
 
 import pytest
 
 from scripts.grading import points
 from scripts.grading.__main__ import MergeError, build_results, merge_regrade
+from scripts.grading.fingerprint import fingerprint_at, graded_record
 from scripts.grading.rubric import excluded, load_rubric
 from scripts.grading.runner import RunRecord
+from scripts.grading.sandbox import Submission, graded_modules, read_submission
+from scripts.tools.submission import PART_MODULES
 from tests.harness.pool import ROOT as REPO
 from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
-SETTINGS = {"backend": "gloo", "world_sizes": "1,2,4"}
+SETTINGS = {"backend": "gloo", "world_sizes": "1,2,4", "device_faithful": True}
 KIT = load_rubric()
+CODE = {m: f"# the student's {m}\n".encode() for m in PART_MODULES}  # the submission every grade here reads
+
+
+def _code(rubric, code: dict[str, bytes] = CODE) -> dict:
+    """The graded-code record of a grade of ``rubric``'s parts from ``code`` (what the grader records)."""
+    modules = graded_modules(list(rubric.parts))
+    return graded_record(Submission({m: code[m] for m in modules if m in code}, graded=modules))
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +67,9 @@ def _outcomes(items: list[dict], salt: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _grade(rubric, items, outcomes) -> dict:
-    return build_results(rubric, RunRecord(items=list(items), outcomes=dict(outcomes)), [], 60.0, SETTINGS)
+def _grade(rubric, items, outcomes, code: dict[str, bytes] = CODE) -> dict:
+    return build_results(rubric, RunRecord(items=list(items), outcomes=dict(outcomes)), [], 60.0, SETTINGS,
+                         _code(rubric, code))  # fmt: skip
 
 
 def _assert_same_grade(merged: dict, full: dict) -> None:
@@ -116,57 +129,106 @@ def test_twice_merged_is_the_same_as_once(items):
 
 
 def test_a_merge_that_would_mix_grades_is_refused(items):
-    """Other world sizes, or earlier results that do not list their cases (an older grader's), are refused."""
+    """Other world sizes, device-faithful mode or parts, other bytes of a module both grades took, results that
+    record no graded code or do not list their cases (an older grader's) are refused, each saying what differs; a
+    regrade of the same bytes keeps the earlier grade's fingerprint."""
     mine = [i for i in items if i["file"].startswith("tests/test_accounting")]
     full = _grade(KIT, items, _outcomes(items, "before"))
-    regrade = _grade(KIT.select(["accounting"]), mine, _outcomes(mine, "after"))
-    other = build_results(KIT.select(["accounting"]), RunRecord(items=mine, outcomes=_outcomes(mine, "after")), [],
-                          1.0, {"backend": "nccl", "world_sizes": "2,4,8"})  # fmt: skip
-    with pytest.raises(MergeError, match="world_sizes"):
-        merge_regrade(full, other, KIT)
+    accounting = KIT.select(["accounting"])
+    regrade = _grade(accounting, mine, _outcomes(mine, "after"))
+    merged = merge_regrade(full, regrade, KIT)
+    assert merged["extra_data"]["graded"] == full["extra_data"]["graded"], "the merged grade names other code"
+    for settings, named in (({"backend": "nccl", "world_sizes": "2,4,8", "device_faithful": False}, "--world-sizes"),
+                            ({**SETTINGS, "device_faithful": False}, "--device-faithful")):  # fmt: skip
+        other = build_results(accounting, RunRecord(items=mine, outcomes=_outcomes(mine, "after")), [], 1.0,
+                              settings, _code(accounting))  # fmt: skip
+        with pytest.raises(MergeError, match=named):
+            merge_regrade(full, other, KIT)
+    changed = _grade(accounting, mine, _outcomes(mine, "after"), {**CODE, "accounting": b"# fixed since\n"})
+    with pytest.raises(MergeError, match=r"accounting\.py differs"):
+        merge_regrade(full, changed, KIT)
+    ddp_only = _grade(KIT.select(["ddp"]), [i for i in items if i["file"] == "tests/test_ddp.py"],
+                      _outcomes(items, "after"))  # fmt: skip
+    with pytest.raises(MergeError, match="ddp, which the earlier grade did not"):
+        merge_regrade(_grade(accounting, mine, _outcomes(mine, "before")), ddp_only, KIT)
+    unsigned = {**full, "extra_data": {k: v for k, v in full["extra_data"].items() if k != "graded"}}
+    with pytest.raises(MergeError, match="no fingerprint"):
+        merge_regrade(unsigned, regrade, KIT)
     legacy = {**full, "extra_data": {**full["extra_data"], "entries": [{"name": "test_a", "case_results": []}]}}
     with pytest.raises(MergeError, match="do not list their cases"):
         merge_regrade(legacy, regrade, KIT)
 
 
-def test_a_real_regrade_through_the_command_line(items, tmp_path):
-    """The grader itself: the reference's accounting.py regraded on one test (--select, world size 1) and merged
-    into a full grade (synthetic, every case failed) keeps every other entry, a failure, and scores that test;
-    the batch dashboard in the results' folder is rewritten."""
+def _cli_regrade(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    """The grader on the folder ``tmp_path/sub``: accounting's one test at world size 1, merged into old.json."""
+    cmd = [sys.executable, "-m", "scripts.grading", str(tmp_path / "sub"), "--parts", "accounting", "--select",
+           SELECT, "--world-sizes", "1", "--merge-into", str(tmp_path / "old.json"), "--out",
+           str(tmp_path / "new.json"), *extra]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, env=grader_env(), capture_output=True, text=True, timeout=300)
+
+
+SELECT = "test_training_flops_and_mfu_examples"
+
+
+@pytest.fixture
+def earlier(items, tmp_path) -> dict:
+    """A batch's results folder: old.json, a synthetic full grade of ``sub`` (the reference's accounting.py) at
+    world size 1, every case failed; its staff log; the dashboard's summary.json, naming the batch's CSV."""
     kit_items = [i for i in items if "[w" not in i["nodeid"] or "[w1" in i["nodeid"]]  # what world size 1 collects
-    old = build_results(KIT, RunRecord(items=kit_items, outcomes={i["nodeid"]: ("failed", "E   AssertionError: x")
-                                                                  for i in kit_items}), [], 1.0,
-                        {"backend": "gloo", "world_sizes": "1"})  # fmt: skip
-    (tmp_path / "old.json").write_text(json.dumps(old))
-    (tmp_path / "summary.json").write_text("{}")  # the folder is a batch's: its dashboard must follow the merge
     sub = tmp_path / "sub" / "cs336_systems"
     sub.mkdir(parents=True)
     (sub / "accounting.py").write_text((REPO / "reference_solutions" / "accounting.py").read_text())
-    select = "test_training_flops_and_mfu_examples"
-    cmd = [
-        sys.executable,
-        "-m",
-        "scripts.grading",
-        str(sub.parent),
-        "--parts",
-        "accounting",
-        "--select",
-        select,
-        "--world-sizes",
-        "1",
-        "--merge-into",
-        str(tmp_path / "old.json"),
-        "--out",
-        str(tmp_path / "new.json"),
-    ]
-    proc = subprocess.run(cmd, cwd=REPO, env=grader_env(), capture_output=True, text=True, timeout=300)
+    code = graded_record(Submission(read_submission(sub.parent).modules, graded=graded_modules(list(KIT.parts))))
+    old = build_results(KIT, RunRecord(items=kit_items, outcomes={i["nodeid"]: ("failed", "E   AssertionError: x")
+                                                                  for i in kit_items}), [], 1.0,
+                        {"backend": "gloo", "world_sizes": "1", "device_faithful": True}, code)  # fmt: skip
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "old.staff.log").write_text("THE EARLIER GRADE'S LOG\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"csv": str(tmp_path / "grades.csv")}))
+    return old
+
+
+def test_a_real_regrade_through_the_command_line(earlier, tmp_path):
+    """The grader itself: the reference's accounting.py regraded on one test (--select, world size 1) and merged
+    into a full grade (synthetic, every case failed) keeps every other entry, a failure, and scores that test;
+    it shows its progress on stderr only; then every file of the batch's folder is current: the staff log beside
+    the merged results (the earlier one, then the regrade's), the dashboard and the batch's CSV (score and
+    fingerprint)."""
+    old = earlier
+    proc = _cli_regrade(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "part 6 accounting, public tests: " in proc.stderr and "budget" in proc.stderr, proc.stderr
+    assert "public tests:" not in proc.stdout, "the progress lines reached stdout"
     new = json.loads((tmp_path / "new.json").read_text())
     ids = [e["id"] for e in new["extra_data"]["entries"]]
     assert ids == [e["id"] for e in old["extra_data"]["entries"]], "entries were dropped, added or reordered"
     changed = [(o["name"], o["score"], n["score"]) for o, n in zip(old["tests"], new["tests"]) if o != n]
-    assert changed and all(select in name and got > 0 for name, _, got in changed), changed
+    assert changed and all(SELECT in name and got > 0 for name, _, got in changed), changed
     assert new["score"] == round(sum(t["score"] for t in new["tests"]), 3) > 0
     assert sum(ln.startswith("  part ") for ln in new["output"].splitlines()) == len(KIT.parts), new["output"]
+    assert new["extra_data"]["graded"]["fingerprint"] == fingerprint_at(tmp_path / "sub", PART_MODULES)
     grades = {g["submission"]: g["score"] for g in json.loads((tmp_path / "summary.json").read_text())["grades"]}
     assert grades == {"old": 0, "new": new["score"]}, grades
+    log = (tmp_path / "new.staff.log").read_text()
+    assert log.startswith("THE EARLIER GRADE'S LOG") and "[grader] regrade" in log and "1 passed" in log, log[-2000:]
+    rows = {r["submission"]: r for r in csv.DictReader((tmp_path / "grades.csv").open())}
+    assert float(rows["sub"]["score"]) == new["score"] and float(rows["old"]["score"]) == 0, rows
+    assert rows["sub"]["fingerprint"] == new["extra_data"]["graded"]["fingerprint"], rows
+
+
+def test_a_regrade_that_cannot_merge_is_refused_before_any_test_runs(earlier, tmp_path):
+    """Other world sizes, another device-faithful mode, a part the earlier grade lacks or a changed byte of the
+    graded module: each is refused at once (no pytest starts: seconds, not the test's run), naming what differs;
+    nothing is written and the earlier results stay as they were."""
+    before = (tmp_path / "old.json").read_bytes()
+    for extra, named in ((["--world-sizes", "1,2"], "--world-sizes 1 (the regrade: 1,2)"),
+                         (["--no-device-faithful"], "--device-faithful True (the regrade: False)")):  # fmt: skip
+        start = time.monotonic()
+        proc = _cli_regrade(tmp_path, *extra)
+        assert proc.returncode == 2 and "no test run" in proc.stderr and named in proc.stderr, proc.stderr
+        assert time.monotonic() - start < 30 and "[grader]" not in proc.stdout
+    module = tmp_path / "sub" / "cs336_systems" / "accounting.py"
+    module.write_text(module.read_text() + "# edited after the grade\n")
+    proc = _cli_regrade(tmp_path)
+    assert proc.returncode == 2 and "accounting.py differs" in proc.stderr, proc.stderr
+    assert (tmp_path / "old.json").read_bytes() == before and not (tmp_path / "new.json").exists()
