@@ -11,6 +11,9 @@ tests with the hidden ones, the harness, the stubs and given helpers, the grader
 nothing staff.py keeps off the grading machine: no copy of the reference exists there for a
 submission to find. Upload it under "Configure Autograder" (see handouts/grading.md).
 
+With ``--no-device-faithful`` (or ``--device-faithful``) every grade of the zip runs so: the zip holds the option in
+``grade-args``, which run_autograder passes to the grader, and each results.json records it.
+
 With ``--parts`` (scripts/grading/subset.py): only those parts' public and hidden tests, a rubric of
 their entries, and the part modules as the student release has them (the stubs of the kept parts, the
 reference of the modules they build on, which a submission without them is graded with).
@@ -35,8 +38,12 @@ KEEP = ("pyproject.toml", "cs336_systems/", "tests/", "scripts/")
 RUBRIC = "scripts/grading/rubric.toml"
 
 
-def build(out: Path, parts: frozenset[int] | None = None) -> int:
-    """Write the zip; return how many source files it holds."""
+GRADE_ARGS = "grade-args"  # at the zip's root: grader options run_autograder adds to every grade (one line of words)
+
+
+def build(out: Path, parts: frozenset[int] | None = None, grade_args: list[str] | None = None) -> int:
+    """Write the zip; return how many source files it holds. ``grade_args``: options every grade of the zip gets
+    (``--no-device-faithful``), written as ``grade-args`` for run_autograder."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     replaced: dict[str, str] = {}
@@ -49,6 +56,8 @@ def build(out: Path, parts: frozenset[int] | None = None) -> int:
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16
             zf.writestr(info, (REPO / "scripts/grading/gradescope" / name).read_bytes())
+        if grade_args:
+            zf.writestr(GRADE_ARGS, " ".join(grade_args) + "\n")
         kept = [f for f in files if f.startswith(KEEP) and reaches_grading_machine(f) and (REPO / f).is_file()
                 and (parts is None or subset.keeps(f, parts))]  # fmt: skip
         for f in kept:  # Gradescope unzips into /autograder/source: the kit must be at the top
@@ -96,10 +105,15 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=REPO / "out" / "autograder.zip")
     p.add_argument("--parts", help="only these parts, e.g. 1,2,3 (see scripts/grading/subset.py)")
     p.add_argument("--check", action="store_true", help="grade the zip's stubs from the zip alone (a few minutes)")
+    p.add_argument("--device-faithful", action=argparse.BooleanOptionalAction, default=None,
+                   help="every grade of the zip with (or, --no-device-faithful, without) device-faithful mode "
+                   "(default: the grader's, on with gloo); recorded in each results.json")  # fmt: skip
     args = p.parse_args()
     parts = subset.parse_parts(args.parts)
-    n = build(args.out, parts)
-    print(f"wrote {args.out} ({n} source files" + (f", parts {args.parts})" if parts else ")"))
+    grade_args = [] if args.device_faithful is None else [f"--{'' if args.device_faithful else 'no-'}device-faithful"]
+    n = build(args.out, parts, grade_args)
+    print(f"wrote {args.out} ({n} source files" + (f", parts {args.parts})" if parts else ")")
+          + (f"; every grade with {' '.join(grade_args)}" if grade_args else ""))  # fmt: skip
     if not args.check:
         return 0
     problems = check(args.out, parts)

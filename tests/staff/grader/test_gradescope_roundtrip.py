@@ -35,11 +35,12 @@ def autograder(tmp_path_factory) -> Path:
     """``<root>`` with the zip unpacked in source/ and setup.sh run."""
     root = tmp_path_factory.mktemp("autograder")
     zip_path = root / "autograder.zip"
-    subprocess.run([sys.executable, "-m", "scripts.grading.make_autograder_zip", "--out", str(zip_path)], cwd=REPO,
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "scripts.grading.make_autograder_zip", "--out", str(zip_path),
+                    "--no-device-faithful"], cwd=REPO, check=True, capture_output=True)  # fmt: skip
     with zipfile.ZipFile(zip_path) as zf:
         names = zf.namelist()
         assert "setup.sh" in names and "run_autograder" in names, names[:10]
+        assert zf.read("grade-args") == b"--no-device-faithful\n"
         assert not any(n.startswith("reference_solutions/") for n in names), "the reference is in the zip"
         zf.extractall(root / "source")  # Gradescope puts the whole zip in /autograder/source
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
@@ -81,6 +82,8 @@ def test_the_reference_gets_full_marks_through_run_autograder(autograder):
     most = sum(t["max_score"] for t in results["tests"])
     assert results["score"] == pytest.approx(most, abs=0.01) and most > 0, results.get("output")  # 3-decimal rounding
     assert any(t["name"].endswith("(hidden test)") for t in results["tests"]), [t["name"] for t in results["tests"]]
+    # The zip was built with --no-device-faithful: every grade of it runs so, and says so.
+    assert results["extra_data"]["settings"]["device_faithful"] is False, results["extra_data"]["settings"]
 
 
 def test_a_broken_submission_gets_zero_and_still_a_valid_results_file(autograder):
