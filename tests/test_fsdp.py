@@ -546,18 +546,9 @@ def bf16_comm_rank(ctx, name: str, with_units: bool):
     return rec.events, sorted(matmuls.dtypes), outputs
 
 
-@pytest.mark.task3_4
-@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
-@pytest.mark.parametrize("name, with_units", [("deep_mlp", True), ("embedding", True), ("embedding", False)])
-def test_fsdp_bf16_gathers_and_multiplies_in_bf16_and_reduces_in_fp32(world_size, name, with_units):
-    """With compute_dtype=bfloat16, every all-gather (units and single layers, forward and backward) moves
-    bfloat16, every reduce-scatter and all-reduce float32; matmuls run in bfloat16; layers return float32.
-
-    The shard is cast before it is gathered (half the bytes of fp32 on the wire), and the grads are reduced in
-    the shards' dtype. DeepMLP's blocks as units (its head a single layer); the embedding model as one unit
-    and with no unit: the Embedding's int64 indices are not cast, and its output (rows of the bf16 table)
-    comes back in the weight's storage dtype, float32, as a Linear's comes back in its input's."""
-    for rank, (events, matmuls, outputs) in enumerate(run_ranks(world_size, bf16_comm_rank, name, with_units)):
+def check_bf16_traffic(outs, name: str, with_units: bool) -> None:
+    """Every all-gather moved bfloat16, every reduction float32, matmuls ran in bfloat16, layers returned float32."""
+    for rank, (events, matmuls, outputs) in enumerate(outs):
         where = f"rank {rank}, {name} {'with units' if with_units else 'without units'}, compute_dtype=bfloat16"
         log = f"\n{where}, calls:\n{format_events(events, limit=60)}"
         ops = calls(events)
@@ -577,6 +568,32 @@ def test_fsdp_bf16_gathers_and_multiplies_in_bf16_and_reduces_in_fp32(world_size
             f"{where}: layers returned {wrong}; an Embedding returns its weight's storage dtype (float32), a Linear "
             "its input's (float32 here)"
         )
+
+
+@pytest.mark.task3_3
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
+@pytest.mark.parametrize("name", ["deep_mlp", "embedding"])
+def test_fsdp_bf16_gathers_bf16_reduces_fp32_and_returns_fp32(world_size, name):
+    """With compute_dtype=bfloat16, each layer's all-gathers (forward and backward) move bfloat16, its
+    reduce-scatters and the replicated all-reduces float32; matmuls run in bfloat16; every layer returns float32.
+
+    The shard is cast before it is gathered (half the bytes of fp32 on the wire), and the grads are reduced in
+    the shards' dtype. The embedding model: the Embedding's int64 indices are not cast, and its output (rows
+    of the bf16 table) comes back in the weight's storage dtype, float32, as a Linear's comes back in its
+    input's."""
+    check_bf16_traffic(run_ranks(world_size, bf16_comm_rank, name, False), name, False)
+
+
+@pytest.mark.task3_4
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
+@pytest.mark.parametrize("name", ["deep_mlp", "embedding"])
+def test_fsdp_bf16_units_gather_bf16_reduce_fp32_and_return_fp32(world_size, name):
+    """With compute_dtype=bfloat16, a unit's all-gathers (forward and backward) move bfloat16, its flat grad's
+    reduce-scatter float32; matmuls run in bfloat16; every layer returns float32.
+
+    DeepMLP's blocks as units (its head a single layer, as in §3.3); the embedding model as one unit (an
+    Embedding and a Linear in one flat buffer: the Embedding's rows come back in float32)."""
+    check_bf16_traffic(run_ranks(world_size, bf16_comm_rank, name, True), name, True)
 
 
 @pytest.mark.task3_4
@@ -659,6 +676,90 @@ def test_fsdp_units_on_a_sub_group_start_from_its_first_rank_and_average_over_it
                 assert_close(outs[r][step]["loss"], expected["losses"][i], what=f"{where}: loss")
                 for key, value in expected["state"].items():
                     assert_close(outs[r][step]["state"][key], value, what=f"{where}: {key} after the step")
+
+
+def embedding_comm_rank(ctx):
+    """The embedding model without units: one forward and backward under the recorder."""
+    fsdp_mod = ctx.load("fsdp")
+    fsdp = fsdp_mod.FSDP(make_fsdp_model("embedding").to(ctx.device))
+    x, y = (t.to(ctx.device) for t in fsdp_batch("embedding", 0, ctx.rank))
+    with CommRecorder() as rec:
+        torch.nn.functional.mse_loss(fsdp(x), y).backward()
+    return rec.events
+
+
+@pytest.mark.task3_3
+@pytest.mark.world_sizes(2, 3, 4, 5, 6, 7, 8, reason="at world size 1 FSDP sends nothing")
+def test_fsdp_embedding_is_gathered_in_forward_only(world_size):
+    """An Embedding's table is all-gathered for its forward but not again in backward: its weight grad needs only
+    the indices (rows of the output grad added at them), so backward just reduce-scatters it.
+
+    Embedding(13, 16) then Linear(16, 16), no units: forward gathers the table, then the Linear's weight;
+    backward gathers the Linear's weight again (its input grad needs it) and reduce-scatters both weight grads,
+    the Linear's first."""
+    model = make_fsdp_model("embedding")
+    emb, lin = (-(-m.weight.numel() // world_size) for m in (model[0], model[1]))
+    for rank, events in enumerate(run_ranks(world_size, embedding_comm_rank)):
+        log = f"\nrank {rank}'s calls:\n{format_events(events, limit=60)}"
+        ops = calls(events)
+        forward = [e.numel for e in ops if "gather" in e.op and not e.in_backward]
+        backward = [e.numel for e in ops if "gather" in e.op and e.in_backward]
+        scattered = [e.numel for e in ops if "reduce_scatter" in e.op]
+        assert forward == [emb, lin], f"rank {rank}: forward all-gathered {forward}, expected {[emb, lin]}{log}"
+        assert backward == [lin], (
+            f"rank {rank}: backward all-gathered {backward}, expected {[lin]}: the Linear's weight again, not the "
+            f"Embedding's table (its weight grad needs only the indices){log}"
+        )
+        want = [world_size * lin, world_size * emb]
+        assert scattered == want, f"rank {rank}: reduce-scattered {scattered} elements, expected {want}{log}"
+
+
+def weightless_unit_rank(ctx):
+    """DeepMLP with units [block 0, block 1's LayerNorm, block 1's MLP]: the LayerNorm holds no Linear or
+    Embedding weight. Whether that unit got a flat_shard, the calls of the first forward and backward, and per
+    SGD step the loss and the full state."""
+    fsdp_mod = ctx.load("fsdp")
+    model = make_fsdp_model("deep_mlp").to(ctx.device)
+    fsdp = fsdp_mod.FSDP(model, units=[model[0], model[1].norm, model[1].mlp])
+    opt = torch.optim.SGD(fsdp.parameters(), **FSDP_OPTIMIZERS["sgd"][1])
+    history, events = [], None
+    for step in range(FSDP_STEPS):
+        x, y = (t.to(ctx.device) for t in fsdp_batch("deep_mlp", step, ctx.rank))
+        with CommRecorder() as rec:
+            loss = torch.nn.functional.mse_loss(fsdp(x), y)
+            loss.backward()
+        events = rec.events if events is None else events
+        opt.step()
+        opt.zero_grad()
+        history.append({"loss": loss.detach(), "state": fsdp.gather_full_params()})
+    return {"flat_shard": hasattr(model[1].norm, "flat_shard"), "events": events, "history": history}
+
+
+@pytest.mark.task3_4
+def test_fsdp_unit_without_trainable_weights_is_skipped(world_size):
+    """A unit holding no trainable Linear or Embedding weight is skipped: no flat_shard, no collective of its own.
+
+    DeepMLP with units = [block 0, block 1's LayerNorm, block 1's MLP]: the LayerNorm unit gets no flat_shard
+    and its parameters stay replicated (one all-reduce each); each step sends, per forward, one gather per
+    unit with weights and one for the head, none of zero elements; and training (SGD) matches one process."""
+    model = make_fsdp_model("deep_mlp")
+    sizes = [sum(m.weight.numel() for m in u.modules() if isinstance(m, torch.nn.Linear)) for u in (model[0], model[1])]
+    want = [-(-n // world_size) for n in [*sizes, model[2].weight.numel()]]
+    outs = run_ranks(world_size, weightless_unit_rank)
+    for rank, out in enumerate(outs):
+        assert not out["flat_shard"], (
+            f"rank {rank}: the unit model[1].norm (a LayerNorm: no Linear or Embedding weight) has a flat_shard; a "
+            "unit without trainable weights is skipped"
+        )
+        if world_size > 1:
+            ops = calls(out["events"])
+            forward = [e.numel for e in ops if "gather" in e.op and not e.in_backward]
+            assert forward == want, (
+                f"rank {rank}: forward all-gathered {forward} elements; expected one gather per unit with weights "
+                f"and one for the head, {want}, none for the LayerNorm unit"
+                f"\n{format_events(out['events'], limit=60)}"
+            )
+    check_units_training([o["history"] for o in outs], "deep_mlp", 1)
 
 
 # -- bad input ----------------------------------------------------------------------------------------

@@ -317,7 +317,7 @@ MUTANTS = [
         new="buffer = torch.zeros(offsets[-1], dtype=params[0].dtype)",
         caught_by=(
             DDP(DDP_TRAIN, passes=True, options=("--no-device-faithful",)),  # plain gloo cannot tell: all on the CPU
-            DDP(DDP_TRAIN, expect="implicit CPU allocation at", names=("ddp.py",), options=("--device-faithful",)),
+            DDP(DDP_TRAIN, expect="stray CPU tensor", names=("ddp.py",), options=("--device-faithful",)),
         ),
     ),
     Mutant(
@@ -697,7 +697,7 @@ MUTANTS = [
         "multiplies in fp32",
         old="self.dtype = compute_dtype or shard.dtype",
         new="self.dtype = shard.dtype  # Bug: compute_dtype ignored by units",
-        caught_by=FSDP("bf16_gathers and deep_mlp", "cast the shard to compute_dtype before gathering it"),
+        caught_by=FSDP("bf16_units_gather and deep_mlp", "cast the shard to compute_dtype before gathering it"),
     ),
     Mutant(
         "fsdp_units_matmul_fp32",
@@ -705,7 +705,7 @@ MUTANTS = [
         "a unit gathers in bf16 but casts the weight back up to the input's fp32 for the matmul",
         old="return F.linear(x.to(w.dtype), w, bias).to(x.dtype)",
         new="return F.linear(x, w.to(x.dtype), None if bias is None else bias.to(x.dtype))  # Bug: fp32 matmul",
-        caught_by=FSDP("bf16_gathers and deep_mlp", "matmuls ran in ['bfloat16', 'float32']"),
+        caught_by=FSDP("bf16_units_gather and deep_mlp", "matmuls ran in ['bfloat16', 'float32']"),
     ),
     Mutant(
         "fsdp_units_reduce_in_bf16",
@@ -714,7 +714,7 @@ MUTANTS = [
         old="dtype=shard.dtype, device=shard.device)",
         new="dtype=self.dtype, device=shard.device)  # Bug: grads in compute dtype",
         count=2,
-        caught_by=FSDP("bf16_gathers and deep_mlp", "grads are reduced in the shards' dtype"),
+        caught_by=FSDP("bf16_units_gather and deep_mlp", "grads are reduced in the shards' dtype"),
     ),
     Mutant(
         "fsdp_units_bf16_flat_grad_in_compute_dtype",
@@ -731,7 +731,61 @@ MUTANTS = [
         "an Embedding inside a unit returns its rows in compute_dtype (bf16) instead of the weight's fp32",
         old="return F.embedding(indices, layer.weight, layer.padding_idx).to(dtype)",
         new="return F.embedding(indices, layer.weight, layer.padding_idx)  # Bug: left in compute dtype",
-        caught_by=FSDP("bf16_gathers and embedding-True", "layers returned [('Embedding', 'torch.bfloat16')"),
+        caught_by=FSDP("bf16_units_gather and embedding", "layers returned [('Embedding', 'torch.bfloat16')"),
+    ),
+    Mutant(
+        "fsdp_gathers_fp32_then_casts",
+        "fsdp",
+        "FSDP under compute_dtype=bf16 all-gathers each weight in fp32 and casts the gathered weight (the matmul "
+        "runs in bf16, but the wire carries twice the bytes)",
+        old="local = shard.detach().to(dtype)  # cast before gathering: bf16 halves the bytes on the wire",
+        new=(
+            "local = shard.detach()  # Bug: gathered in the shard's fp32, cast after\n"
+            "        if self.world > 1:\n"
+            "            full = torch.empty(self.world * self.chunk, dtype=local.dtype, device=shard.device)\n"
+            "            _all_gather_tensor(full, local, group=self.group)\n"
+            "            return full[: self.numel].view(self.shape).to(dtype)\n"
+            "        local = local.to(dtype)"
+        ),
+        caught_by=FSDP("bf16_gathers_bf16_reduces and deep_mlp", "cast the shard to compute_dtype before gathering"),
+    ),
+    Mutant(
+        "fsdp_embedding_output_bf16",
+        "fsdp",
+        "FSDP's Embedding under compute_dtype=bf16 returns its rows in bf16 instead of the weight's fp32",
+        old="y = F.embedding(indices, weight, padding_idx).to(shard.dtype)  # (..., dim)",
+        new="y = F.embedding(indices, weight, padding_idx)  # Bug: left in compute dtype",
+        caught_by=FSDP("bf16_gathers_bf16_reduces and embedding", "layers returned [('Embedding', 'torch.bfloat16')"),
+    ),
+    Mutant(
+        "fsdp_embedding_gathered_in_backward",
+        "fsdp",
+        "FSDP's Embedding backward gathers the table again, as a Linear's does, though its weight grad needs only "
+        "the indices: one all-gather too many per Embedding per step",
+        old="grad_w = torch.zeros(info.shape, dtype=ctx.dtype, device=grad_y.device)",
+        new=(
+            "info.gather(torch.zeros(info.chunk, dtype=ctx.dtype, device=grad_y.device))  # Bug: gathered, unused\n"
+            "        grad_w = torch.zeros(info.shape, dtype=ctx.dtype, device=grad_y.device)"
+        ),
+        caught_by=FSDP("embedding_is_gathered_in_forward_only", "not the Embedding's table"),
+    ),
+    Mutant(
+        "fsdp_units_weightless_unit",
+        "fsdp",
+        "FSDP builds a unit for a submodule with no trainable Linear or Embedding weight (a LayerNorm) and fails "
+        "on its empty list of weights",
+        old="if not layers:",
+        new="if False:  # Bug: a unit without weights is not skipped",
+        caught_by=FSDP("unit_without_trainable_weights", "IndexError"),
+    ),
+    Mutant(
+        "fsdp_units_kept_after_backward",
+        "fsdp",
+        "a unit frees its gathered buffer after forward but not after its backward: every unit's full weights "
+        "stay allocated from backward to the next forward",
+        old="unit.free()  # the unit's backward is done: nothing reads the gathered buffer any more",
+        new="pass  # Bug: the refilled buffer kept after backward",
+        caught_by=FSDP("units_free", "after backward: FSDP holds"),
     ),
     Mutant(
         "fsdp_broadcast_from_global_rank_0",
