@@ -416,6 +416,13 @@ BAD_INPUT = [
              names="shard_axis", task="task7_2", arrange=_mesh_3d),
     BadInput("hsdp-same-axes", lambda M, mesh: M.HSDP(nn.Linear(2, 2), mesh, "dp", "dp"), "ValueError",
              names="replicate_axis", task="task7_2", arrange=_mesh_3d),
+    BadInput("hsdp-unit-not-a-submodule",
+             lambda M, at: M.HSDP(nn.Linear(2, 2).to(at[1]), at[0], "tp", "dp", units=[nn.Linear(2, 2)]),
+             "ValueError", names="units", task="task7_2",
+             arrange=lambda M, ctx: (_mesh_3d(M, ctx), ctx.device)),  # FSDP's check, before the broadcast over dp
+    BadInput("hsdp-sync-not-a-bool", lambda M, hsdp: hsdp.set_requires_gradient_sync("no"), "TypeError",
+             names="requires_gradient_sync", task="task7_2",
+             arrange=lambda M, ctx: M.HSDP(nn.Linear(2, 2).to(ctx.device), _mesh_3d(M, ctx), "tp", "dp")),
     BadInput("trainer-model-not-sequential", lambda M, mesh: _trainer(M, mesh, model=nn.Linear(2, 2)), "TypeError",
              names="model", task="task7_3", arrange=_mesh_3d),
     BadInput("trainer-zero-stage-3", lambda M, mesh: _trainer(M, mesh, zero_stage=3), "ValueError",

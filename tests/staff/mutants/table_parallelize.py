@@ -499,4 +499,33 @@ MUTANTS = [
             "tests/test_mesh.py", HSDP_MICRO, "reduce-scatters in the shard slice", names=RANK, world_sizes="2"
         ),  # fmt: skip
     ),
+    Mutant(
+        "mesh_hsdp_broadcasts_before_fsdp",
+        "mesh",
+        "HSDP broadcasts across replicas before building its FSDP (the old order): units FSDP rejects are "
+        "rejected only after a message",
+        old=(
+            "        self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), "
+            "units=units)\n"
+            "        self.module = module\n"
+            "        if self.replicas > 1:\n"
+            "            src = mesh.ranks(replicate_axis)[0]\n"
+            "            with torch.no_grad():\n"
+            "                for t in [*module.parameters(), *module.buffers()]:  "
+            "# shards: (0, s) holds this rank's chunk s\n"
+            "                    dist.broadcast(t, src=src, group=self.replicate_group)\n"
+        ),
+        new=(
+            "        self.module = module\n"
+            "        if self.replicas > 1:\n"
+            "            src = mesh.ranks(replicate_axis)[0]\n"
+            "            with torch.no_grad():\n"
+            "                for t in [*module.parameters(), *module.buffers()]:\n"
+            "                    dist.broadcast(t, src=src, group=self.replicate_group)\n"
+            "        self.fsdp = fsdp.FSDP(module, compute_dtype=compute_dtype, group=mesh.group(shard_axis), "
+            "units=units)\n"
+            "        if self.replicas > 1:\n"
+        ),
+        caught_by=Check("tests/test_mesh.py", "bad_input and unit", "communicated", names=RANK, world_sizes="2"),
+    ),
 ]
