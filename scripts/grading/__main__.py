@@ -405,7 +405,7 @@ def grade_one(args) -> int:
     start = time.monotonic()
     become_subreaper()
     work = Path(tempfile.mkdtemp(prefix="cs336-grade-"))
-    record, notes, kit, graded, old, ran = RunRecord(), [], None, None, None, False
+    record, notes, kit, graded, old, ran, earlier_log = RunRecord(), [], None, None, None, False, None
     try:
         kit = load_rubric(args.rubric)  # the kit's whole rubric: which modules it grades from the submission
         rubric = kit.select(args.parts.split(",") if args.parts else None)
@@ -427,6 +427,8 @@ def grade_one(args) -> int:
         if args.merge_into:  # refused before any test runs: settings, parts and bytes against the earlier grade
             old = read_earlier(args.merge_into)
             check_merge(old, settings_of(args), list(rubric.parts), graded)
+            earlier_log = args.merge_into.with_name(args.merge_into.stem + STAFF_LOG)  # read before --staff-log
+            earlier_log = earlier_log.read_text(errors="replace") if earlier_log.exists() else None
         ran = True
         if sub is not None:
             notes.extend(sub.notes)
@@ -466,21 +468,21 @@ def grade_one(args) -> int:
     write_json(args.out, results)
     print(results["output"])
     if args.merge_into:
-        for line in after_merge(args.merge_into, args.out, record.staff_log, results):
+        for line in after_merge(earlier_log, args.out, record.staff_log, results):
             print(line)
     return code
 
 
-def after_merge(earlier: Path, out: Path, staff_log: str, merged: dict) -> list[str]:
+def after_merge(earlier_log: str | None, out: Path, staff_log: str, merged: dict) -> list[str]:
     """Every file that describes the merged grade made current, from the merged results: the staff log beside
-    ``out`` (the one beside ``earlier`` and then this regrade's, when the earlier grade has one: a batch's layout),
-    and, when ``out`` is in a batch's results folder (it holds the dashboard), that folder's dashboard and the CSV
-    the batch wrote (``summary.refresh``). Returns what it says it did."""
+    ``out`` (``earlier_log``, the one beside the earlier results as it was before this run, then this regrade's,
+    when the earlier grade has one: a batch's layout), and, when ``out`` is in a batch's results folder (it holds
+    the dashboard), that folder's dashboard and the CSV the batch wrote (``summary.refresh``). Returns what it
+    says it did."""
     said = []
-    before = earlier.with_name(earlier.stem + STAFF_LOG)
-    if before.exists():
+    if earlier_log is not None:
         regrades = len(merged["extra_data"].get("regrades", []))
-        combined = (before.read_text(errors="replace") + f"\n[grader] regrade {regrades} "
+        combined = (earlier_log + f"\n[grader] regrade {regrades} "
                     f"({time.strftime('%F %T')}), merged into the grade above:\n" + staff_log)  # fmt: skip
         log = out.with_name(out.stem + STAFF_LOG)
         write_text_atomic(log, combined)
