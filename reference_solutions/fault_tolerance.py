@@ -399,6 +399,7 @@ def load_replica_state(module: nn.Module, optimizer: torch.optim.Optimizer, stat
     # END SOLUTION
 
 
+# BEGIN SOLUTION
 def _wire_device(state: dict, group) -> torch.device:
     """The rank's device: where ``state``'s tensors live (AdamW's ``step`` aside, on the CPU), else the backend's."""
     for v in state.values():
@@ -407,6 +408,9 @@ def _wire_device(state: dict, group) -> torch.device:
     return (
         torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else torch.device("cpu")
     )
+
+
+# END SOLUTION
 
 
 def send_replica_state(state: dict[str, Any], *, src: int, dst: int, group: dist.ProcessGroup | None = None) -> dict:

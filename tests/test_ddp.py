@@ -135,8 +135,8 @@ def expected_layout(model: nn.Module, bucket_size_mb: float) -> list[list[str]]:
 
 def layout_rank(ctx, cases):
     ddp = ctx.load("ddp")
-    return [ddp.DDPBucketed(build_model(name, seed=0, dtype=torch.float32), mb).bucket_parameter_names()
-            for name, mb in cases]  # fmt: skip
+    models = [(build_model(name, seed=0, dtype=torch.float32).to(ctx.device), mb) for name, mb in cases]
+    return [ddp.DDPBucketed(model, mb).bucket_parameter_names() for model, mb in models]
 
 
 def _boundary_mb(model_name: str, count: int) -> float:
@@ -161,7 +161,11 @@ def test_bucket_layout_follows_the_reverse_order_cap_rule(model_name):
 
 
 def sized_layout_rank(ctx, sizes, frozen, bucket_size_mb):
-    return ctx.load("ddp").DDPBucketed(SizedParameters(sizes, frozen), bucket_size_mb).bucket_parameter_names()
+    return (
+        ctx.load("ddp")
+        .DDPBucketed(SizedParameters(sizes, frozen).to(ctx.device), bucket_size_mb)
+        .bucket_parameter_names()
+    )
 
 
 @st.composite
