@@ -7,6 +7,9 @@
     plugin.py     the pytest plugin inside the sandbox that reports each test over that channel
     channel.py    the channel's wire format (JSON + HMAC), shared by plugin.py and runner.py
     rubric.py     rubric.toml's points and visibility, and the scoring of test cases
+    fingerprint.py   the one fingerprint of the code a grade took from a submission (results, merge, pack, cluster)
+    progress.py   a grade's progress on stderr: one line per part as its tests finish
+    summary.py    the batch's dashboard and CSV, from the results alone (also after a regrade's merge)
     make_autograder_zip.py   the Gradescope upload (gradescope/ holds its setup.sh and run_autograder)
 
 Run everything from the repository root as modules (``python -m scripts.grading ...``): imports are

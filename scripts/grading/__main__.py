@@ -5,7 +5,7 @@ Run from the repository root, as a module (imports are ``scripts.grading.*`` and
     python -m scripts.grading submission.zip --out results.json          # one submission (zip or folder)
     python -m scripts.grading sub/ --out r.json --parts collectives      # only part 1
     python -m scripts.grading sub/ --out r.json --backend nccl --world-sizes 2,4,8   # on an 8-GPU node
-    python -m scripts.grading --batch submissions/ --csv grades.csv --jobs 2         # every submission in a folder
+    python -m scripts.grading --batch submissions/ --csv grades.csv --jobs 1         # every submission in a folder
 
 How (details in handouts/grading.md and scripts/grading/*.py): the submission's part modules are
 read (never extracted) and placed, with the staff tests and the staff copies of the given helpers, in
