@@ -116,3 +116,152 @@ def test_a_job_of_more_ranks_than_the_node_it_stands_for_fails_and_the_skip_rule
     finally:
         set_stand_in_gpus(saved)
     assert got[0] is not None and got[0].startswith("TooManyRanks") and "a job of 3 ranks" in got[0], got
+
+
+# What CUDA accepts and what it refuses, one case each (issue 53): each runs in a rank under the mode, and must
+# pass where a GPU run passes and fail, with StrayTensor, where it fails.
+def _header_filled_from_a_cpu_shape(ctx):
+    header = torch.zeros(6, dtype=torch.int64, device=ctx.device)
+    header[2:4] = torch.tensor([3, 4])  # a copy across devices
+
+
+def _a_cpu_scalar_divides(ctx):
+    x = torch.ones(3, device=ctx.device)
+    x.div_(torch.tensor(2.0))
+    return (x / torch.tensor(2.0)).sum().item()
+
+
+def _bookkeeping_read_on_the_host(ctx):
+    return torch.arange(4).tolist(), torch.tensor(3).item(), torch.zeros(2, 3).shape[1]
+
+
+def _a_cpu_index_into_a_gpu_tensor(ctx):
+    return torch.arange(5.0, device=ctx.device)[torch.tensor([0, 2])].tolist()
+
+
+def _moved_before_it_meets_the_rank_s(ctx):
+    return (torch.zeros(3).to(ctx.device) + torch.ones(3, device=ctx.device)).tolist()
+
+
+def _tensors_report_where_they_live(ctx):
+    x = torch.ones(3, device=ctx.device)
+    assert x.device == ctx.device and x.is_cuda and x.device.type == "cuda", (x.device, ctx.device)
+    host = x.cpu()
+    assert host.device.type == "cpu" and not host.is_cuda and host.get_device() == -1, host.device
+
+
+def _a_branch_on_the_device_keeps_gpu_tensors(ctx):
+    """Put each tensor where its sender had it: AdamW's step on the CPU, the rest on the GPU."""
+    x = torch.ones(3, device=ctx.device)
+    state = {"exp_avg": x.clone(), "step": torch.tensor(1.0)}
+    placed = {k: v.cpu() if v.device.type == "cpu" else v.to(ctx.device) for k, v in state.items()}
+    return (placed["exp_avg"] + x).tolist()
+
+
+def _a_hook_keeps_its_gradient_s_device(ctx):
+    w = torch.ones(3, device=ctx.device, requires_grad=True)
+    w.register_hook(lambda g: g * 2)
+    (w * 2).sum().backward()
+
+
+def _a_cpu_vector_meets_a_gpu_tensor(ctx):
+    return torch.ones(3) + torch.ones(3, device=ctx.device)
+
+
+def _a_cpu_vector_times_a_gpu_scalar(ctx):
+    return torch.ones(3) * torch.tensor(2.0, device=ctx.device)
+
+
+def _a_running_loss_kept_on_the_cpu(ctx):
+    total = torch.zeros(())
+    total += torch.ones((), device=ctx.device)
+
+
+def _a_cpu_tensor_all_reduced(ctx):
+    torch.distributed.all_reduce(torch.ones(3))
+
+
+def _numpy_of_a_gpu_tensor(ctx):
+    return torch.ones(3, device=ctx.device).numpy()
+
+
+def _a_cpu_tensor_over_gpu_storage(ctx):
+    x = torch.ones(3, device=ctx.device)
+    return torch.empty(0).set_(x.untyped_storage(), 0, (3,))
+
+
+def _a_cpu_tensor_indexed_by_a_gpu_index(ctx):
+    return torch.arange(5.0)[torch.tensor([0, 1], device=ctx.device)]
+
+
+def _a_backward_hook_all_reduces_a_host_copy(ctx):
+    w = torch.ones(3, device=ctx.device, requires_grad=True)
+    w.register_post_accumulate_grad_hook(lambda p: torch.distributed.all_reduce(p.grad.cpu()))
+    (w * 2).sum().backward()
+
+
+class _CpuGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad * 2).cpu()
+
+
+def _a_function_s_backward_returns_a_cpu_gradient(ctx):
+    x = torch.ones(3, device=ctx.device, requires_grad=True)
+    _CpuGradient.apply(x).sum().backward()
+
+
+def _a_tensor_hook_returns_a_host_copy(ctx):
+    w = torch.ones(3, device=ctx.device, requires_grad=True)
+    w.register_hook(lambda g: g.cpu())
+    (w * 2).sum().backward()
+
+
+def _an_array_s_tensor_sent(ctx):
+    import numpy as np
+
+    torch.distributed.all_reduce(torch.from_numpy(np.ones(3)))
+
+
+def _a_like_tensor_on_the_cpu_sent(ctx):
+    torch.distributed.all_reduce(torch.zeros_like(torch.ones(3, device=ctx.device), device=torch.device("cpu")))
+
+
+def _moved_to_a_cpu_device_object_then_mixed(ctx):
+    x = torch.ones(3, device=ctx.device)
+    return x.to(torch.device("cpu")) + x
+
+
+GPU_PASSES = [_header_filled_from_a_cpu_shape, _a_cpu_scalar_divides, _bookkeeping_read_on_the_host,
+              _a_cpu_index_into_a_gpu_tensor, _moved_before_it_meets_the_rank_s, _tensors_report_where_they_live,
+              _a_branch_on_the_device_keeps_gpu_tensors, _a_hook_keeps_its_gradient_s_device]  # fmt: skip
+GPU_FAILS = [_a_cpu_vector_meets_a_gpu_tensor, _a_cpu_vector_times_a_gpu_scalar, _a_running_loss_kept_on_the_cpu,
+             _a_cpu_tensor_all_reduced, _numpy_of_a_gpu_tensor, _a_cpu_tensor_over_gpu_storage,
+             _a_cpu_tensor_indexed_by_a_gpu_index, _a_backward_hook_all_reduces_a_host_copy,
+             _a_function_s_backward_returns_a_cpu_gradient, _a_tensor_hook_returns_a_host_copy,
+             _an_array_s_tensor_sent, _a_like_tensor_on_the_cpu_sent,
+             _moved_to_a_cpu_device_object_then_mixed]  # fmt: skip
+
+
+def _case_rank(ctx, case):
+    case(ctx)
+
+
+@pytest.mark.parametrize("case", GPU_PASSES, ids=lambda f: f.__name__.strip("_"))
+def test_what_cuda_accepts_passes(world_size, case):
+    """Copies across devices, a 0-dim CPU scalar, a CPU index, host bookkeeping, a move before use, a branch on
+    ``.device``, a hook that keeps its value's device: right on a GPU, so right here."""
+    run_ranks(world_size, _case_rank, case)
+
+
+@pytest.mark.parametrize("case", GPU_FAILS, ids=lambda f: f.__name__.strip("_"))
+def test_what_cuda_refuses_fails_naming_it(world_size, case):
+    """A CPU tensor of one or more dims in an op with GPU tensors, written in place from them, sent, set_ over GPU
+    storage, indexed by a GPU index; ``.numpy()`` of a GPU tensor; in backward, a hook's host copy sent, a CPU
+    gradient handed to autograd: each fails on a GPU, so each fails here, with the mode's StrayTensor."""
+    with pytest.raises(RankFailure, match="StrayTensor"):
+        run_ranks(world_size, _case_rank, case)

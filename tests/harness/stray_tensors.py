@@ -62,6 +62,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DISTRIBUTED_DIR = _TORCH_DIR + "distributed" + os.sep
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _LOG: list[str | None] = [None]  # CS336_DEVICE_FAITHFUL_LOG: where refusals are listed instead of raised
+_INHERITED = object()  # a patched class attribute that the class inherited: deleted again on exit
 
 
 class StrayTensor(RuntimeError):
@@ -205,8 +206,6 @@ def follow(func, args, kwargs, site):
         return _mark_storage(func(*args, **kwargs), origin(args[0]))
     tensors = _tensors(args, kwargs)
     stray = next((t for t in tensors if origin(t) is not None), None)
-    if func is torch.Tensor.set_:
-        return _set(args, kwargs, site)
     if stray is None:
         return func(*args, **kwargs)
     placed = next((t for t in tensors if origin(t) is None), None)
@@ -277,9 +276,12 @@ def _set(args, kwargs, site):
         refuse(_set_message(origin(target), "a storage on the rank's device", site()))
     elif origin(target) is None and source_stray is not None:
         refuse(_set_message(source_stray, "a tensor on the rank's device", site(), reverse=True))
-    out = torch.Tensor.set_(*args, **kwargs)
+    out = _SET(*args, **kwargs)
     (tag(target, source_stray) if source_stray is not None else None)
     return out
+
+
+_SET = torch.Tensor.set_  # torch's overrides ignore set_: the watch patches it (StrayTensorWatch)
 
 
 def _tag_outputs(out, args, where: Origin) -> None:
@@ -363,7 +365,9 @@ class StrayTensorWatch:
         self._hooks: list = []
 
     def _patch(self, owner, name: str, value) -> None:
-        self._saved.setdefault((owner, name), vars(owner)[name] if isinstance(owner, type) else getattr(owner, name))
+        """``owner.name = value`` until exit (a class gets back its own attribute, or none if it inherited it)."""
+        self._saved.setdefault((owner, name), vars(owner).get(name, _INHERITED) if isinstance(owner, type)
+                               else getattr(owner, name))  # fmt: skip
         setattr(owner, name, value)
 
     def __enter__(self) -> StrayTensorWatch:
@@ -384,6 +388,7 @@ class StrayTensorWatch:
             torch.autograd, "_engine_run_backward", _under_mode(torch.autograd._engine_run_backward, self._mode)
         )
         self._patch_functions()
+        self._patch(torch.Tensor, "set_", lambda t, *args, **kwargs: _set((t, *args), kwargs, self._site))
         for name in ("from_numpy", "frombuffer"):
             self._patch(torch, name, _made_on_cpu(getattr(torch, name), self._mode, f"torch.{name}(...)"))
         self._hooks = [nn_module.register_module_parameter_registration_hook(_name_it),
@@ -424,7 +429,7 @@ class StrayTensorWatch:
 
     def __exit__(self, *exc) -> None:
         for (owner, name), original in self._saved.items():
-            setattr(owner, name, original)
+            (delattr(owner, name) if original is _INHERITED else setattr(owner, name, original))
         self._saved.clear()
         for hook in self._hooks:
             hook.remove()
