@@ -679,7 +679,10 @@ MUTANTS = [
         "every gather and reduce-scatter of the unit are larger",
         old="weights = list(dict.fromkeys(layer.weight for layer in layers))  # tied within a unit: once; not kept",
         new="weights = [layer.weight for layer in layers]  # Bug: a tied weight packed once per layer",
-        caught_by=FSDP("unit_flat_shard_is", "packed once"),
+        caught_by=(
+            FSDP("unit_flat_shard_is", "packed once"),
+            FSDP_HIDDEN("tied_embedding_unit", "(the tied table once)"),
+        ),
     ),
     Mutant(
         "fsdp_units_grad_padding_garbage",
