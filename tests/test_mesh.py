@@ -30,14 +30,17 @@ from tests.oracles.mesh import (
     LAYERS,
     MICROBATCHES,
     OPTIMIZERS,
+    check_hsdp_microbatches,
     check_hsdp_setup,
     check_mesh_training,
     check_zero_traffic,
     coords_of,
     dense_oracle,
+    hsdp_microbatch_rank,
     hsdp_setup_rank,
     mesh_batches,
     mesh_rank,
+    op_kind,
     slice_of,
     stage_layers,
     trainer_rank,
@@ -98,17 +101,6 @@ def test_mesh_slices_match_row_major_order_and_init_device_mesh(world_size):
 # ---------------------------------------------------------------------------------------------
 # ## Task 7.2: HSDP
 # ---------------------------------------------------------------------------------------------
-
-
-def _kind(event) -> str:
-    """all_reduce / all_gather / reduce_scatter / ... whichever API spelled the call (``pg.reduce_scatter_single``:
-    torch's ``reduce_scatter_single`` calls the group's method itself)."""
-    op = event.op.removeprefix("pg.").lower().replace("_", "")
-    for name, canonical in [("allreduce", "all_reduce"), ("allgather", "all_gather"),
-                            ("reducescatter", "reduce_scatter")]:  # fmt: skip
-        if name in op:
-            return canonical
-    return event.op
 
 
 def hsdp_meshes(world_size: int) -> list[tuple[int, int]]:
@@ -177,7 +169,7 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
             )
         log = format_events(out["events"])
         for e in calls(out["events"]):
-            if _kind(e) in ("all_gather", "reduce_scatter"):
+            if op_kind(e) in ("all_gather", "reduce_scatter"):
                 assert e.group_ranks == shard_slice, (
                     f"rank {rank}: {e.op} in group {list(e.group_ranks)}, expected the shard slice "
                     f"{list(shard_slice)}:\n{log}"
@@ -191,32 +183,6 @@ def test_hsdp_gathers_within_shard_slices_and_averages_across_replicas(world_siz
         assert not others, f"rank {rank}: calls outside the shard and replicate slices:\n{format_events(others)}"
 
 
-def hsdp_microbatch_rank(ctx, shape, batches, microbatches):
-    """HSDP of a DeepMLP with one unit per residual block (the head per layer), SGD; each step runs
-    ``microbatches`` backwards, gradient sync off for all but the last. Returns the full parameters after each
-    step and each microbatch's calls (step 1)."""
-    M = ctx.load("mesh")
-    torch.manual_seed(ctx.rank)  # a different model on every rank: HSDP must start from rank 0's
-    model = DeepMLP(LAYERS, D_MODEL, D_FF).to(ctx.device)
-    hsdp = M.HSDP(model, M.ProcessMesh(shape), shard_axis="shard", replicate_axis="replicate",
-                  units=list(model)[:-1])  # fmt: skip
-    cls, kwargs = OPTIMIZERS["sgd"]
-    opt = cls(hsdp.parameters(), **kwargs)
-    states, events = [], []
-    for x, y in batches:
-        xs, ys = x.chunk(ctx.world_size)[ctx.rank], y.chunk(ctx.world_size)[ctx.rank]
-        opt.zero_grad()
-        events = []
-        for k, (xm, ym) in enumerate(zip(xs.chunk(microbatches), ys.chunk(microbatches))):
-            hsdp.set_requires_gradient_sync(k == microbatches - 1)
-            with CommRecorder() as rec:
-                (nn.functional.mse_loss(hsdp(xm), ym) / microbatches).backward()
-            events.append(calls(rec.events))
-        opt.step()
-        states.append(hsdp.gather_full_params())
-    return {"states": states, "events": events}
-
-
 @pytest.mark.task7_2
 def test_hsdp_under_microbatches_reduces_once_per_step(world_size):
     """HSDP with ``units`` (one per residual block) and ``set_requires_gradient_sync``, 3 microbatches a step, sync
@@ -225,42 +191,10 @@ def test_hsdp_under_microbatches_reduces_once_per_step(world_size):
     across the replicate slice; the full parameters equal one process's on the whole batch after every step."""
     m = 3
     batches = mesh_batches(steps=2, batch=2 * m * world_size)
-    _, states = dense_oracle(batches, "sgd", slices=1)
-    dense = dict(DeepMLP(LAYERS, D_MODEL, D_FF).named_parameters())
-    # After wrapping: each block's two linear weights become its one flat_shard; the rest stay parameters.
-    params = len(dense) - 2 * LAYERS + LAYERS
-    sharded = LAYERS + 1  # the units' flat buffers, the head's weight
     for replicas, shards in hsdp_meshes(world_size):
         shape = {"replicate": replicas, "shard": shards}
-        outs = run_ranks(world_size, hsdp_microbatch_rank, shape, batches, m)
-        for rank, out in enumerate(outs):
-            for step, got in enumerate(out["states"]):
-                for name, want in states[step].items():
-                    assert_close(got[name], want, what=f"rank {rank}, mesh {shape}, step {step}, {name} ({m} "
-                                 f"microbatches)")  # fmt: skip
-            shard_slice = tuple(slice_of(rank, shape, "shard"))
-            replica_slice = tuple(slice_of(rank, shape, "replicate"))
-            for k, events in enumerate(out["events"]):
-                log = format_events(events)
-                reducing = [e for e in events if _kind(e) in ("all_reduce", "reduce_scatter")]
-                if k < m - 1:
-                    assert not reducing, (
-                        f"rank {rank}, mesh {shape}: microbatch {k} of {m} ran with gradient sync off, yet its "
-                        f"backward reduced gradients ({len(reducing)} calls): set_requires_gradient_sync(False) "
-                        f"must stop FSDP's reduce-scatters and HSDP's all-reduces across replicas alike:\n{log}"
-                    )
-                    continue
-                scattered = [e for e in reducing if _kind(e) == "reduce_scatter" and e.group_ranks == shard_slice]
-                across = [e for e in reducing if _kind(e) == "all_reduce" and e.group_ranks == replica_slice]
-                want_scattered = sharded if shards > 1 else 0
-                want_across = params if replicas > 1 else 0
-                assert len(scattered) == want_scattered and len(across) == want_across, (
-                    f"rank {rank}, mesh {shape}: the last of {m} microbatches (sync on) made {len(scattered)} "
-                    f"reduce-scatters in the shard slice {list(shard_slice)} and {len(across)} all-reduces across "
-                    f"the replicate slice {list(replica_slice)}; expected {want_scattered} (one per unit and per "
-                    f"weight outside units) and {want_across} (one per parameter: each unit's flat_shard, the "
-                    f"head's weight shard, every bias and norm), the sum of all {m} microbatches reduced once:\n{log}"
-                )
+        outs = run_ranks(world_size, hsdp_microbatch_rank, shape, batches, m, "sgd")
+        check_hsdp_microbatches(outs, shape, batches, m, "sgd")
 
 
 @pytest.mark.task7_2

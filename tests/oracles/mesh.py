@@ -8,7 +8,9 @@ along an axis of a row-major mesh, independent of any implementation; ``mesh_ran
 batch; ``trainer_rank`` trains it on a DP x PP x TP mesh (``stage_layers``, ``tp_shard``: each rank's
 layers and tensor-parallel pieces) and ``check_mesh_training`` compares every rank with the oracle.
 ``hsdp_setup_rank`` and ``check_hsdp_setup``: HSDP's start (buffers from rank 0 across replicas too)
-and its ``compute_dtype``.
+and its ``compute_dtype``; ``hsdp_microbatch_rank`` and ``check_hsdp_microbatches``: HSDP with units under
+microbatches (gradient sync on for the last only), its numbers and what each microbatch's backward reduces.
+``op_kind``: a recorded call's collective, whichever API spelled it.
 
 Used by tests/test_mesh.py and its hidden counterpart.
 """
@@ -228,4 +230,81 @@ def check_zero_traffic(outs, shape, zero_stage) -> None:
         else:
             assert not reduces and scatters, (
                 f"{where}\nZeRO-2 averages the gradients with the optimizer's reduce-scatter only, no all-reduce"
+            )
+
+
+def op_kind(event) -> str:
+    """all_reduce / all_gather / reduce_scatter / ... whichever API spelled the call (``pg.reduce_scatter_single``:
+    torch's ``reduce_scatter_single`` calls the group's method itself)."""
+    op = event.op.removeprefix("pg.").lower().replace("_", "")
+    for name, canonical in [("allreduce", "all_reduce"), ("allgather", "all_gather"),
+                            ("reducescatter", "reduce_scatter")]:  # fmt: skip
+        if name in op:
+            return canonical
+    return event.op
+
+
+def hsdp_microbatch_rank(ctx, shape, batches, microbatches, opt_name):
+    """HSDP over ``shape`` ({"replicate": R, "shard": S}) of a DeepMLP with one unit per residual block (the
+    head per layer); each step runs ``microbatches`` backwards (mean loss / microbatches), gradient sync off for
+    all but the last. Returns the full parameters after each step and each microbatch's calls in the last step."""
+    M = ctx.load("mesh")
+    torch.manual_seed(ctx.rank)  # a different model on every rank: HSDP must start from rank 0's
+    model = DeepMLP(LAYERS, D_MODEL, D_FF).to(ctx.device)
+    hsdp = M.HSDP(model, M.ProcessMesh(shape), shard_axis="shard", replicate_axis="replicate",
+                  units=list(model)[:-1])  # fmt: skip
+    cls, kwargs = OPTIMIZERS[opt_name]
+    opt = cls(hsdp.parameters(), **kwargs)
+    states, events = [], []
+    for x, y in batches:
+        xs, ys = x.chunk(ctx.world_size)[ctx.rank], y.chunk(ctx.world_size)[ctx.rank]
+        opt.zero_grad()
+        events = []
+        for k, (xm, ym) in enumerate(zip(xs.chunk(microbatches), ys.chunk(microbatches))):
+            hsdp.set_requires_gradient_sync(k == microbatches - 1)
+            with CommRecorder() as rec:
+                (nn.functional.mse_loss(hsdp(xm), ym) / microbatches).backward()
+            events.append(calls(rec.events))
+        opt.step()
+        states.append(hsdp.gather_full_params())
+    return {"states": states, "events": events}
+
+
+def check_hsdp_microbatches(outs, shape, batches, microbatches, opt_name) -> None:
+    """``hsdp_microbatch_rank``'s results: the full parameters equal one process's on the whole batch after every
+    step; the backwards with sync off reduce nothing, on any group; the last reduce-scatters once per unit and per
+    weight outside units within the shard slice, and all-reduces each parameter once across the replicate slice."""
+    __tracebackhide__ = True
+    _, states = dense_oracle(batches, opt_name, slices=1)
+    dense = dict(DeepMLP(LAYERS, D_MODEL, D_FF).named_parameters())
+    params = len(dense) - 2 * LAYERS + LAYERS  # a block's two linear weights become its one flat_shard
+    sharded = LAYERS + 1  # the units' flat buffers, the head's weight
+    replicas, shards, m = shape["replicate"], shape["shard"], microbatches
+    for rank, out in enumerate(outs):
+        for step, got in enumerate(out["states"]):
+            for name, want in states[step].items():
+                assert_close(got[name], want, what=f"rank {rank}, mesh {shape}, step {step}, {name} ({m} "
+                             f"microbatches, {opt_name})")  # fmt: skip
+        shard_slice = tuple(slice_of(rank, shape, "shard"))
+        replica_slice = tuple(slice_of(rank, shape, "replicate"))
+        for k, events in enumerate(out["events"]):
+            log = format_events(events)
+            reducing = [e for e in events if op_kind(e) in ("all_reduce", "reduce_scatter")]
+            if k < m - 1:
+                assert not reducing, (
+                    f"rank {rank}, mesh {shape}: microbatch {k} of {m} ran with gradient sync off, yet its "
+                    f"backward reduced gradients ({len(reducing)} calls): set_requires_gradient_sync(False) "
+                    f"must stop FSDP's reduce-scatters and HSDP's all-reduces across replicas alike:\n{log}"
+                )
+                continue
+            scattered = [e for e in reducing if op_kind(e) == "reduce_scatter" and e.group_ranks == shard_slice]
+            across = [e for e in reducing if op_kind(e) == "all_reduce" and e.group_ranks == replica_slice]
+            want_scattered = sharded if shards > 1 else 0
+            want_across = params if replicas > 1 else 0
+            assert len(scattered) == want_scattered and len(across) == want_across, (
+                f"rank {rank}, mesh {shape}: the last of {m} microbatches (sync on) made {len(scattered)} "
+                f"reduce-scatters in the shard slice {list(shard_slice)} and {len(across)} all-reduces across "
+                f"the replicate slice {list(replica_slice)}; expected {want_scattered} (one per unit and per "
+                f"weight outside units) and {want_across} (one per parameter: each unit's flat_shard, the "
+                f"head's weight shard, every bias and norm), the sum of all {m} microbatches reduced once:\n{log}"
             )

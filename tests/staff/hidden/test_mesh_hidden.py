@@ -5,7 +5,7 @@
 Each is a public check at another size or layout. On 3 and 6 ranks the mesh has axes of size 3 (the
 public meshes are powers of two); pipelines of 3 stages on 3 ranks and, tp fastest, on 6; ZeRO-1/2's
 dp traffic on DP 2 x TP 2 (the public test: DP 2 x PP 2; averaging twice gives the same numbers, so
-only the recorder sees it); HSDP with 4 replicas and float16.
+only the recorder sees it); HSDP with 4 replicas and float16, and of 3 shards under microbatches.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ import torch
 from tests.harness import run_ranks
 from tests.oracles.mesh import (
     D_MODEL,
+    check_hsdp_microbatches,
     check_hsdp_setup,
     check_mesh_training,
     check_zero_traffic,
     coords_of,
+    hsdp_microbatch_rank,
     hsdp_setup_rank,
     mesh_batches,
     mesh_rank,
@@ -72,6 +74,16 @@ def test_hsdp_of_four_replicas_broadcasts_buffers_and_computes_in_float16():
     x = torch.randn(4, D_MODEL, generator=torch.Generator().manual_seed(9))
     outs = run_ranks(4, hsdp_setup_rank, shape, torch.float16, x)
     check_hsdp_setup(outs, shape, torch.float16, x)
+
+
+@pytest.mark.task7_2
+def test_hsdp_of_three_shards_under_microbatches_reduces_once_per_step():
+    """HSDP of 2 replicas x 3 shards (the public test: 2 x 2 and 1-D meshes; a shard slice of 3 pads) with units and
+    2 microbatches, AdamW: the first backward reduces nothing, the last once per unit and parameter; as one process."""
+    shape = {"replicate": 2, "shard": 3}
+    batches = mesh_batches(steps=2, batch=24, seed=3)
+    outs = run_ranks(6, hsdp_microbatch_rank, shape, batches, 2, "adamw")
+    check_hsdp_microbatches(outs, shape, batches, 2, "adamw")
 
 
 @pytest.mark.task7_3

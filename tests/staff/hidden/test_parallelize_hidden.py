@@ -3,7 +3,8 @@
     pytest tests/staff/hidden/test_parallelize_hidden.py --impl reference
 
 Each case trains a model the public tests do not (one key/value head per tp rank, a contiguous CP
-layout, a ring of 4, four stages, top-1 experts beside TP, CP or FSDP, interleaving beside TP) for three AdamW
+layout, a ring of 4, four stages, top-1 experts beside TP, CP or FSDP, interleaving beside TP, HSDP under
+microbatches, with interleaved chunks too) for three AdamW
 steps on a batch of another shape and seed, and compares every rank's loss and parameters with one
 process. Explicit world sizes (2 and 4); on NCCL a size larger than the visible GPUs is skipped.
 """
@@ -46,6 +47,10 @@ CASES = {
     "dp2xfsdp2-hsdp": ({"dp": 2, "fsdp": 2}, _GQA1, {"data_parallel": "hsdp"}, 8, 8, 16),
     "fsdp2xep2-hsdp-moe": ({"fsdp": 2, "ep": 2}, _MOE1, {"data_parallel": "hsdp"}, 8, 8, 17),
     "dp2xep2-fsdp-moe": ({"dp": 2, "ep": 2}, _MOE1, {"data_parallel": "fsdp"}, 8, 8, 14),
+    "dp2xfsdp2-hsdp-microbatches": ({"dp": 2, "fsdp": 2}, _DEEP, {"data_parallel": "hsdp", "num_microbatches": 2},
+                                    8, 6, 18),
+    "fsdp2xpp2-hsdp-interleaved": ({"fsdp": 2, "pp": 2}, _DEEP, {"data_parallel": "hsdp", "num_microbatches": 4,
+                                                                "schedule": "interleaved", "num_chunks": 2}, 8, 6, 19),
 }  # fmt: skip
 
 
@@ -68,6 +73,8 @@ def _params(task: str, ids: list[str]) -> list:
             "dp2xep2-fsdp-moe",
             "dp2xfsdp2-hsdp",
             "fsdp2xep2-hsdp-moe",
+            "dp2xfsdp2-hsdp-microbatches",
+            "fsdp2xpp2-hsdp-interleaved",
         ],
     ),
 )
