@@ -46,6 +46,7 @@ from scripts.grading.summary import (
     SUMMARY_JSON,
     grade_row,
     headline,
+    read_results,
     refresh,
     write_grades_csv,
     write_summary,
@@ -546,11 +547,21 @@ def _batch(args) -> int:
             bar.update()
     rows.sort(key=lambda r: r["submission"])
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    if args.csv:
-        write_grades_csv(rows, args.csv)
     print("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "")) for c in columns) + " |")
+    # A folder graded into before (late submissions into node-results/): its other results stay in the CSV and
+    # the dashboard, which describe the whole folder.
+    mine, earlier = {Path(n).stem for n in results}, []
+    for stem, res in read_results(out_dir).items():
+        if stem not in mine:
+            name = (res.get("extra_data") or {}).get("submission", stem)
+            results[name] = res
+            earlier.append(grade_row(name, res))
+    if earlier:
+        print(f"({len(earlier)} earlier results in {out_dir} are kept in the CSV and the dashboard)")
+    if args.csv:
+        write_grades_csv(sorted(rows + earlier, key=lambda r: r["submission"]), args.csv)
     write_summary(results, out_dir, csv_path=args.csv)  # the staff dashboard; it records the CSV for a refresh
     print(
         f"dashboard: {out_dir / 'summary.md'} (pass rates, commonest failures), {out_dir / 'dashboard.png'} "

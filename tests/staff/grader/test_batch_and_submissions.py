@@ -8,7 +8,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import stat
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -17,6 +20,7 @@ from scripts.grading import summary
 from scripts.grading.fingerprint import fingerprint_at
 from scripts.grading.sandbox import MAX_MODULE_BYTES, read_submission
 from tests.harness.pool import ROOT as REPO
+from tests.staff.grader import grader_env
 
 pytestmark = pytest.mark.staff
 
@@ -77,3 +81,29 @@ def test_batch_grades_every_submission_and_writes_a_csv(batch_of_reference_and_s
     summary.refresh(results, rebuilt)
     assert list(csv.DictReader(rebuilt.open())) == list(csv.DictReader(batch.csv.open()))
     assert graded["fingerprint"][:16] in (results / "summary.md").read_text(), "the dashboard names no fingerprint"
+
+
+def test_a_late_batch_into_the_same_results_keeps_the_earlier_ones(batch_of_reference_and_stub, tmp_path):
+    """Late submissions graded as a batch into the folder of an earlier batch (the guide's regrade section): the
+    CSV and the dashboard cover the whole folder, the earlier rows as they were, not only the late batch."""
+    batch = batch_of_reference_and_stub
+    results = tmp_path / "node-results"
+    shutil.copytree(batch.folder.with_name("subs-results"), results)
+    late = tmp_path / "late" / "carol"
+    late.mkdir(parents=True)
+    (late / "notes.txt").write_text("forgot the code\n")  # no part module: graded to 0 at once
+    table = tmp_path / "grades.csv"
+    proc = subprocess.run([sys.executable, "-m", "scripts.grading", "--batch", str(late.parent), "--results-dir",
+                           str(results), "--csv", str(table), "--parts", "collectives", "--select",
+                           "broadcast_copies_src_tensor_to_every_rank and float32 and not last", "--world-sizes", "2",
+                           "--timeout", "120"], cwd=REPO, env=grader_env(), capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert "2 earlier results" in proc.stdout, proc.stdout + proc.stderr
+    rows = {r["submission"]: r for r in csv.DictReader(table.open())}
+    before = {r["submission"]: r for r in csv.DictReader(batch.csv.open())}
+    assert set(rows) == {"alice", "bob.zip", "carol"}, rows
+    assert {k: v for k, v in rows["alice"].items() if k != "status"} == {
+        k: v for k, v in before["alice"].items() if k != "status"
+    }
+    grades = {g["submission"] for g in json.loads((results / "summary.json").read_text())["grades"]}
+    assert grades == {"alice", "bob.zip", "carol"}, grades
