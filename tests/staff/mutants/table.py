@@ -673,6 +673,23 @@ MUTANTS = [
         caught_by=FSDP("unit_flat_shard_is", "flat_shard over ranks 0..1, as built"),
     ),
     Mutant(
+        "fsdp_units_padding_at_front",
+        "fsdp",
+        "a unit pads its flat buffer at the front, consistently (weights, views, grads and gather_full_params all "
+        "shifted): every number is right, but flat_shard is not the promised layout",
+        old="torch.cat([w.detach().reshape(-1) for w in weights], out=flat[: self.total])",
+        new=(
+            "pad = self.world * self.chunk - self.total  # Bug: the padding at the front\n"
+            "            self.offsets = [o + pad for o in self.offsets]\n"
+            "            self.total = self.world * self.chunk\n"
+            "            torch.cat([w.detach().reshape(-1) for w in weights], out=flat[pad:])"
+        ),
+        caught_by=(
+            FSDP("unit_flat_shard_is", "flat_shard over ranks 0..1, as built", world_sizes="2"),
+            FSDP("units_with_deferred_sync and tied", "", world_sizes="4", passes=True),
+        ),
+    ),
+    Mutant(
         "fsdp_units_tied_packed_twice",
         "fsdp",
         "a unit packs a weight tied within it twice (one slot per layer): the numbers are right, but T and "
