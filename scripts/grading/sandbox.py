@@ -127,22 +127,18 @@ def read_submission(path: Path) -> Submission:
 # A mixed module: in a kit of some parts its kept parts' tasks are stubs and the rest is given (subset.py), so
 # the student's copy is graded whenever the kit leaves a task of it to the student (a Part 3 kit gives it whole).
 ALWAYS_GRADED = frozenset({"accounting"})
-
-
-def _mixed_left_to_student(repo: Path = REPO) -> frozenset[str]:
-    """The mixed modules whose copy in this kit (``cs336_systems/``) still has a task for the student: a function
-    that raises NotImplementedError, as the kit's cut left it (``subset.kit_manifest``'s "written" says the same)."""
-    from scripts.tools.submission import unfinished
-
-    path = {m: repo / "cs336_systems" / f"{m}.py" for m in ALWAYS_GRADED}
-    return frozenset(m for m, p in path.items() if p.is_file() and unfinished(p))
+# The rubric entries with a task in accounting.py (§1.7, §5.6, Part 6, §7.4, §8.4, §9.4, §10.7, §11.4): a kit of
+# any of them grades the student's accounting.py. Stated here, since a kit's grader has no reference to read it
+# from; tests/staff/grader/test_subset.py checks it against the reference's task blocks (subset.kit_manifest).
+ACCOUNTING_TASKS = frozenset({"collectives", "pipeline", "accounting", "mesh", "expert_parallel", "context_parallel",
+                              "checkpoint", "fault_tolerance", "parallelize"})  # fmt: skip
 
 
 def graded_modules(kit_parts: list[str]) -> frozenset[str]:
     """The part modules a kit grades from the submission: those its (whole, unselected) rubric names, and the
-    mixed ``accounting`` when the kit leaves some of its tasks to the student. Every other module is given code (or
-    a part the kit lacks): the staff's copy, whatever the submission holds."""
-    return frozenset(kit_parts) | _mixed_left_to_student()
+    mixed ``accounting`` when the kit leaves some of its tasks to the student (``ACCOUNTING_TASKS``). Every other
+    module is given code (or a part the kit lacks): the staff's copy, whatever the submission holds."""
+    return frozenset(kit_parts) | (ALWAYS_GRADED if set(kit_parts) & ACCOUNTING_TASKS else frozenset())
 
 
 def keep_graded(sub: Submission, graded: frozenset[str]) -> Submission:
@@ -179,15 +175,14 @@ def _kit_parts(part_names) -> frozenset[int] | None:
 def kit_submission(sub: Submission, part_names) -> tuple[Submission, list[str]]:
     """What a grade of the rubric entries ``part_names`` takes from ``sub`` (see ``kit_of_run``), and notes for
     the student; the fingerprint of a grade is that of this submission (scripts/grading/fingerprint.py)."""
-    from scripts.grading.subset import given_modules, kit_manifest, module_parts
+    from scripts.grading.subset import given_modules, module_parts
 
     parts = _kit_parts(part_names)
     if parts is None:
         return sub, []
     given = given_modules(parts)
     owner = module_parts()
-    written = set(kit_manifest(parts)["written"])  # accounting only when the kit leaves a task of it to the student
-    graded = frozenset(m for m, n in owner.items() if n in parts) | (ALWAYS_GRADED & written)
+    graded = graded_modules([m for m, n in owner.items() if n in parts])  # accounting when a task of it is theirs
     if sub.graded is not None:
         graded &= sub.graded
     kept = keep_graded(sub, graded)
