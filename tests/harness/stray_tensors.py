@@ -272,7 +272,9 @@ def _set(args, kwargs, site):
         source_stray, source_placed = origin(source), origin(source) is None
     else:
         source_stray, source_placed = getattr(source, _TAG, None), getattr(source, _PLACED, False)
-    if origin(target) is not None and source_placed:
+    if calling_file().startswith(_TORCH_DIR):
+        pass  # torch's own set_ (a checkpoint's storage restored on the CPU first): right on a GPU too
+    elif origin(target) is not None and source_placed:
         refuse(_set_message(origin(target), "a storage on the rank's device", site()))
     elif origin(target) is None and source_stray is not None:
         refuse(_set_message(source_stray, "a tensor on the rank's device", site(), reverse=True))
