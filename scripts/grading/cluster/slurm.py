@@ -117,11 +117,15 @@ def print_status(store: Store) -> int:
     names = [p.name for p in export_submissions(Path(config["export"]))]
     per_sub = {n: submission_status(store, n, task_of.get(n), states) for n in names}
     print(f"tasks (from {source}):")
+    records = {n: store.done(n) for n in names}
     for a in store.arrays:
         for task, shard in zip(a["task_ids"], a["tasks"]):
-            done = sum(per_sub.get(n, "").startswith("graded") for n in shard)
-            print(f"  {task:>12} {states[task]:<11} {nodes.get(task, ''):<12} {done}/{len(shard)} graded "
-                  f"({a['kind']} {a['submitted']})")  # fmt: skip
+            # What this task graded itself; what a later task (a resubmit) graded of its shard is said apart, so a
+            # cancelled task never reads as having graded its shard.
+            mine = sum(bool(records.get(n)) and records[n].get("task") == task for n in shard)
+            later = sum(bool(records.get(n)) and records[n].get("task") != task for n in shard)
+            print(f"  {task:>12} {states[task]:<11} {nodes.get(task, ''):<12} {mine}/{len(shard)} graded by it"
+                  + (f", {later} by a later task" if later else "") + f" ({a['kind']} {a['submitted']})")  # fmt: skip
     print("submissions:")
     for name, status in per_sub.items():
         print(f"  {name}: {status}")

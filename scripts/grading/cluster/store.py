@@ -24,6 +24,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from scripts.grading.summary import STAFF_LOG
 from scripts.tools.submission import PART_MODULES
 
 REPO = Path(__file__).resolve().parents[3]
+TASK_ID = re.compile(r"\d+(_\d+)?|local\d+")  # a Slurm array task (4711_3), a job, or a local task
 # What decides a grade besides the submission: the grader, its rubric and tests, the given code. The cluster
 # package itself is left out: a fix to `status` must not throw away a class's grades.
 GRADER_SOURCES = ("scripts/grading", "tests", "cs336_systems")
@@ -129,6 +131,13 @@ class Store:
 
     def scratch(self, name: str, task: str) -> Path:
         return self.meta / "work" / f"{Path(name).stem}.{task}"
+
+    def scratches(self, name: str) -> list[Path]:
+        """Every task's scratch folder of ``name`` (a cancelled task leaves its own behind), and no other's."""
+        stem = Path(name).stem
+        work = self.meta / "work"
+        found = work.iterdir() if work.is_dir() else []
+        return [p for p in found if p.name.startswith(f"{stem}.") and TASK_ID.fullmatch(p.name[len(stem) + 1 :])]
 
     def record(self, name: str, graded: Path, row: dict, task: str, version: str, fp: str) -> None:
         """Move a finished grade (``graded``: the batch's results folder in the scratch) into R: the staff log,

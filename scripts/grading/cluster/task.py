@@ -87,13 +87,20 @@ class GradeShard(submitit.helpers.Checkpointable):
             scratch = store.scratch(name, me)
             try:
                 results, row = grade_in_batch(export, name, scratch, grader_args)
+            except Interrupted:
+                print(f"[cluster] {name}: this task is being stopped (cancelled, preempted or out of time: Slurm's "
+                      "SIGTERM, exit 143); the grade in progress does not count; status shows it failed until "
+                      "resubmit --missing (or the requeued task) grades it. The traceback below is expected.",
+                      flush=True)  # fmt: skip
+                raise
             except NoResult as exc:  # the rest of the shard still gets graded; status shows this one pending
                 print(f"[cluster] {name}: {exc}", flush=True)
                 store.unmark_running(name)
                 outcome[name] = "no result"
                 continue
             store.record(name, results, row, me, version, fp)
-            shutil.rmtree(scratch, ignore_errors=True)
+            for left in store.scratches(name):  # this grade's, and those a killed task left of it
+                shutil.rmtree(left, ignore_errors=True)
             outcome[name] = f"graded: {row.get('score')} ({row.get('status')})"
             print(f"[cluster] {name}: {outcome[name]}", flush=True)
         return outcome

@@ -29,6 +29,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -110,8 +112,10 @@ def _entries(results: dict) -> list[tuple]:
 
 
 def _csv(path: Path) -> dict[str, dict]:
-    """submission -> its CSV row, without the seconds (a grade's wall time)."""
-    return {r["submission"]: {k: v for k, v in r.items() if k != "seconds"} for r in csv.DictReader(path.open())}
+    """submission -> its CSV row, without the seconds (a grade's time) and the fingerprint (checked apart: a
+    submission may have changed since the batch graded it)."""
+    return {r["submission"]: {k: v for k, v in r.items() if k not in ("seconds", "fingerprint")}
+            for r in csv.DictReader(path.open())}  # fmt: skip
 
 
 def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
@@ -126,6 +130,9 @@ def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
         assert (results / f"{stem}.staff.log").exists(), f"{name}: no staff log beside its results"
     want_rows = {n: r for n, r in _csv(batch / "grades.csv").items() if n in names}
     assert _csv(results / "grades.csv") == want_rows
+    for row in csv.DictReader((results / "grades.csv").open()):  # the code each grade graded, as its results say
+        graded = json.loads((results / f"{Path(row['submission']).stem}.json").read_text())["extra_data"]["graded"]
+        assert row["fingerprint"] == graded["fingerprint"], row
     summary, oracle = (_dashboard(json.loads((d / "summary.json").read_text())) for d in (results, batch))
     if set(names) == {g["submission"] for g in oracle["grades"]}:
         assert summary == oracle, "the dashboard's numbers differ from the one-node batch's"
@@ -135,9 +142,10 @@ def assert_same_as_batch(results: Path, batch: Path, names: list[str]) -> None:
 
 def _dashboard(summary: dict) -> dict:
     """summary.json without each task's ``commonest_case``: summary.py breaks a tie there in a set's order, which
-    Python's string hashing varies per process (two one-node batches of one export can differ there too)."""
+    Python's string hashing varies per process (two one-node batches of one export can differ there too); and
+    without the path of the CSV it records (each folder's own)."""
     tasks = [{k: v for k, v in t.items() if k != "commonest_case"} for t in summary["tasks"]]
-    return {**summary, "tasks": tasks}
+    return {**{k: v for k, v in summary.items() if k != "csv"}, "tasks": tasks}
 
 
 def _graded_once(results: Path) -> Counter:
@@ -266,41 +274,114 @@ def _array_of(proc: subprocess.CompletedProcess) -> str:
     return proc.stdout.split("submitted job array ")[1].split(":")[0]
 
 
-def test_slurm_array_survives_a_cancelled_task_and_grades_as_one_node_does(slurm, repo, export, batch, tmp_path):
-    """One array of four tasks on a real Slurm; the task grading one submission is cancelled mid-grade; status
-    says so; resubmit --missing grades only that one; every submission graded once, equal to the one-node batch."""
-    results = tmp_path / "R"
-    cli = ("scripts.grading.cluster",)
-    array = _array_of(_cli(repo, *cli, "submit", str(export), "--results-dir", str(results), "--nodes", "4",
-                           "--time", "15", "--", *GRADER_ARGS, env=slurm))  # fmt: skip
-    running = results / ".cluster" / "running"
-    # The first task to start grading is cancelled 3 s into its grade (a grade here takes 6-15 s).
-    _wait("a task grading", lambda: any(running.glob("*.json")), 240)
-    victim = json.loads(sorted(running.glob("*.json"))[0].read_text())
-    time.sleep(3)
-    subprocess.run(["scancel", victim["task"]], env=slurm, check=True)
-    _wait(f"array {array} to end", lambda: _array_ended(slurm, array), 300)
-    status = _cli(repo, *cli, "status", str(results), env=slurm).stdout
-    cancelled = [line.strip() for line in status.splitlines() if "failed" in line and victim["task"] in line]
-    assert len(cancelled) == 1, f"status does not show task {victim['task']}'s submission as failed:\n{status}"
-    name = cancelled[0].split(":")[0]
-    assert not (results / f"{Path(name).stem}.json").exists(), "the cancelled grade left a result"
-    again = _cli(repo, *cli, "resubmit", str(results), "--missing", env=slurm)
-    assert "1 to resubmit" in again.stdout, again.stdout + again.stderr
-    second = _array_of(again)
-    _wait(f"array {second} to end", lambda: _array_ended(slurm, second), 240)
-    status = _cli(repo, *cli, "status", str(results), env=slurm).stdout
-    assert "4 graded, 0 running, 0 pending, 0 failed" in status, status
-    collected = _cli(repo, *cli, "collect", str(results), env=slurm)
-    assert collected.returncode == 0, collected.stdout + collected.stderr
-    names = sorted(p.name for p in export.iterdir())
-    assert _graded_once(results) == Counter(names), "a submission was graded twice, or not at all"
-    assert_same_as_batch(results, batch, names)
-    # gpu_results pack reads EXPORT/<name> and R/<stem>.json: the results compared above, one per submission.
-    # (pack itself refuses results graded with --select, as these are: they do not cover the kit.)
-    assert sorted(p.name for p in results.glob("*.json") if p.name != "summary.json") == sorted(
-        f"{Path(n).stem}.json" for n in names
-    )
+GUIDE = REPO / "handouts" / "grading.md"
+TRIAL_STEPS = ["install", "start", "submit", "status", "scancel", "status", "resubmit", "status", "collect", "stop"]
+
+
+def guide_trial() -> list[str]:
+    """The commands of the guide's cluster trial (handouts/grading.md, between its cluster-trial markers), each on
+    one line (continuations joined, comments dropped), as a TA would type them."""
+    text = GUIDE.read_text()
+    block = text.split("<!-- cluster-trial:begin -->", 1)[1].split("<!-- cluster-trial:end -->", 1)[0]
+    commands, current = [], ""
+    for raw in block.splitlines():
+        line = re.sub(r"\s+#\s.*$", "", raw).strip()
+        if not line:
+            continue
+        current = f"{current} {line.rstrip(chr(92)).strip()}".strip()
+        if not line.endswith(chr(92)):
+            commands.append(current)
+            current = ""
+    return commands
+
+
+def _step(command: str) -> str:
+    for kind in ("install", "start", "stop", "scancel", "resubmit", "submit", "status", "collect"):
+        if re.search(rf"(^|[ .]){kind}\b", command):
+            return kind
+    return command
+
+
+def test_slurm_the_guides_trial_runs_as_written(repo, export, batch, tmp_path):
+    """The guide's cluster commands, read from handouts/grading.md and run as written (the trial's folders and the
+    cancelled task's id put in) on a one-node Slurm: install, start, submit four submissions, status, cancel the
+    task grading one mid-grade, status calls it failed and credits the task with nothing, resubmit --missing grades
+    it alone, status shows all graded and no scratch folder is left, collect equals a one-node batch (the CSV and
+    the dashboard too), the cancelled task's log says why it ends in a traceback, stop ends the daemons."""
+    from scripts.grading.cluster import local_slurm
+
+    if not shutil.which("slurmctld") and not Path("/usr/sbin/slurmctld").exists():
+        pytest.skip("Slurm is not installed (as root on Debian: python -m scripts.grading.cluster.local_slurm install)")
+    commands = guide_trial()
+    assert [_step(c) for c in commands] == TRIAL_STEPS, f"the guide's trial changed; update this test:\n{commands}"
+    submit_args = shlex.split(commands[2].split(" -- ", 1)[1])
+    assert submit_args == GRADER_ARGS, "the guide's trial grades otherwise than the one-node batch compared with"
+    folder, results = tmp_path / "slurm", tmp_path / "trial-results"
+    env, meta, victim = grader_env(), results / ".cluster", {}
+
+    def run(command: str, *, check: bool = True) -> subprocess.CompletedProcess:
+        command = (command.replace("trial-results/", f"{results}/").replace("trial/", f"{export}/")
+                   .replace("/tmp/cs336-slurm", str(folder)).replace("python -m", f"{sys.executable} -m"))  # fmt: skip
+        if command.startswith("scancel"):
+            command = f"scancel {victim['task']}"
+        proc = subprocess.run(["bash", "-c", command], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+        assert not check or proc.returncode == 0, f"{command}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
+        return proc
+
+    def lines_about(out: str, text: str) -> list[str]:
+        return [ln.strip() for ln in out.splitlines() if text in ln]
+
+    try:
+        run(commands[0])  # install: Slurm is there, so nothing to do
+        started = run(commands[1].removeprefix('eval "$(').removesuffix(')"'), check=False)  # what eval runs
+        if started.returncode:
+            pytest.skip(f"a local Slurm could not start: {started.stderr[-500:]}")
+        env.update(re.findall(r"^export (\w+)=(\S+)$", started.stdout, re.M))
+        assert "SLURM_CONF" in env, started.stdout
+        array = _array_of(run(commands[2]))
+        _wait("a task grading", lambda: any((meta / "running").glob("*.json")), 240)
+        victim.update(json.loads(sorted((meta / "running").glob("*.json"))[0].read_text()))
+        name = next(n for n, t in zip(*_shards(meta)) if t == victim["task"])
+        status = run(commands[3]).stdout
+        assert lines_about(status, f"{name}: running") and "RUNNING" in status, status
+        time.sleep(3)  # a grade here takes 6-15 s: cancelled mid-grade
+        run(commands[4])
+        _wait(f"array {array} to end", lambda: _array_ended(env, array), 300)
+        status = run(commands[5]).stdout
+        assert lines_about(status, f"{name}: failed (task {victim['task']}"), status
+        assert any("0/1 graded by it" in ln for ln in lines_about(status, victim["task"] + " ")), status
+        assert not (results / f"{Path(name).stem}.json").exists(), "the cancelled grade left a result"
+        again = run(commands[6])
+        assert "1 to resubmit" in again.stdout, again.stdout + again.stderr
+        second = _array_of(again)
+        _wait(f"array {second} to end", lambda: _array_ended(env, second), 240)
+        status = run(commands[7]).stdout
+        assert "4 graded, 0 running, 0 pending, 0 failed" in status, status
+        assert any("0/1 graded by it, 1 by a later task" in ln for ln in lines_about(status, victim["task"] + " "))
+        assert not list((meta / "work").iterdir()), "a scratch folder was left behind"
+        run(commands[8])
+        names = sorted(p.name for p in export.iterdir())
+        assert _graded_once(results) == Counter(names), "a submission was graded twice, or not at all"
+        assert_same_as_batch(results, batch, names)
+        logs = "".join(p.read_text() for p in meta.glob(f"logs/{victim['task']}/*_log.out"))
+        assert "this task is being stopped" in logs and "exit 143" in logs, logs[-2000:]
+        # gpu_results pack reads EXPORT/<name> and R/<stem>.json: the results compared above, one per submission.
+        assert sorted(p.name for p in results.glob("*.json") if p.name != "summary.json") == sorted(
+            f"{Path(n).stem}.json" for n in names
+        )
+        pids = {int(p.read_text().split()[0]) for p in folder.glob("*.pid") if p.read_text().strip()}
+        assert len(pids) == 3 and pids <= set(platform_support.process_parents()), "munged, slurmctld, slurmd?"
+        run(commands[9])
+        assert not pids & set(platform_support.process_parents()), "stop left a daemon running"
+    finally:
+        local_slurm.stop(folder)
+
+
+def _shards(meta: Path) -> tuple[list[str], list[str]]:
+    """(submission, task id) of the first array, one pair per submission."""
+    array = json.loads((meta / "arrays.json").read_text())[0]
+    pairs = [(n, t) for t, shard in zip(array["task_ids"], array["tasks"]) for n in shard]
+    return [n for n, _ in pairs], [t for _, t in pairs]
 
 
 def test_slurm_requeued_task_skips_what_it_graded_before(slurm, repo, export, batch, tmp_path):
