@@ -236,6 +236,10 @@ def _moved_to_a_cpu_device_object_then_mixed(ctx):
     return x.to(torch.device("cpu")) + x
 
 
+def _a_gpu_draw_from_a_cpu_generator(ctx):
+    return torch.randn(3, generator=torch.Generator().manual_seed(0), device=ctx.device)
+
+
 GPU_PASSES = [_header_filled_from_a_cpu_shape, _a_cpu_scalar_divides, _bookkeeping_read_on_the_host,
               _a_cpu_index_into_a_gpu_tensor, _moved_before_it_meets_the_rank_s, _tensors_report_where_they_live,
               _a_branch_on_the_device_keeps_gpu_tensors, _a_hook_keeps_its_gradient_s_device]  # fmt: skip
@@ -244,7 +248,7 @@ GPU_FAILS = [_a_cpu_vector_meets_a_gpu_tensor, _a_cpu_vector_times_a_gpu_scalar,
              _a_cpu_tensor_indexed_by_a_gpu_index, _a_backward_hook_all_reduces_a_host_copy,
              _a_function_s_backward_returns_a_cpu_gradient, _a_tensor_hook_returns_a_host_copy,
              _an_array_s_tensor_sent, _a_like_tensor_on_the_cpu_sent,
-             _moved_to_a_cpu_device_object_then_mixed]  # fmt: skip
+             _moved_to_a_cpu_device_object_then_mixed, _a_gpu_draw_from_a_cpu_generator]  # fmt: skip
 
 
 def _case_rank(ctx, case):

@@ -42,6 +42,7 @@ from tests.harness import defaults
 from tests.harness.stray_tensors import (
     _LOG,
     _MOVES,
+    _STAND_IN,
     Origin,
     StrayTensorWatch,
     called_by_distributed,
@@ -50,11 +51,11 @@ from tests.harness.stray_tensors import (
     device_kind,
     follow,
     origin,
+    refuse,
     tag,
     untag,
 )
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _THIS_FILE = os.path.abspath(__file__)
 _REPO = str(Path(__file__).resolve().parents[2]) + os.sep
 _HARNESS = str(Path(__file__).resolve().parent) + os.sep  # the harness's own tensors are not the test's
@@ -102,13 +103,14 @@ class DeviceFaithfulMode(TorchFunctionMode):
         self._watch = StrayTensorWatch(self).__enter__()
         self._cuda = StandInCuda(self.stand_in).__enter__() if self.stand_in is not None else None
         _LOG[0] = self.log
+        _STAND_IN[0] = self.stand_in
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            _LOG[0] = None
+            _LOG[0] = _STAND_IN[0] = None
             if self._cuda is not None:
                 self._cuda.__exit__(*exc)
             self._watch.__exit__(*exc)
@@ -125,7 +127,13 @@ class DeviceFaithfulMode(TorchFunctionMode):
             kwargs = {**kwargs, "pin_memory": False}  # a CPU build cannot pin: the copy is a host one all the same
         kind = device_kind(kwargs.get("device")) if func not in _MOVES else None
         if kind is not None:  # the device is stated: the caller's word is taken (cuda:r stands for gloo's CPU)
-            out = func(*args, **{**kwargs, "device": torch.device("cpu")})
+            generator = kwargs.get("generator")
+            if kind == "device" and generator is not None and generator.device.type == "cpu":
+                refuse(f"torch.{getattr(func, '__name__', func)}(..., device=<the rank's GPU>, generator=<a CPU "
+                       f"generator>) at {self._chain()}: the GPU fails with \"Expected a 'cuda' device type for "
+                       "generator but found 'cpu'\". Draw on the CPU and move the draw: torch.randn(..., "
+                       "generator=g).to(x.device) (device-faithful mode, tests/README.md)")  # fmt: skip
+            out = func(*args, **({**kwargs, "device": torch.device("cpu")} if self.stand_in is not None else kwargs))
             return self._placed(out, kind, args, f"torch.{getattr(func, '__name__', func)}(..., device='cpu')")
         if func not in self.factories or (func in _FROM_DATA and args and isinstance(args[0], torch.Tensor)):
             return follow(func, args, kwargs, self._chain)  # not a factory, or one that keeps its data's device

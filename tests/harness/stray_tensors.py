@@ -62,6 +62,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _DISTRIBUTED_DIR = _TORCH_DIR + "distributed" + os.sep
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _LOG: list[str | None] = [None]  # CS336_DEVICE_FAITHFUL_LOG: where refusals are listed instead of raised
+_STAND_IN: list[torch.device | None] = [None]  # gloo: the GPU the rank's tensors stand for (cuda:rank); NCCL: None
 _INHERITED = object()  # a patched class attribute that the class inherited: deleted again on exit
 
 
@@ -155,9 +156,11 @@ def _move(func, args, kwargs, site):
     src = args[0]
     if func is torch.Tensor.cpu:
         target = "cpu"
-    elif func is torch.Tensor.cuda:
+    elif func is torch.Tensor.cuda and _STAND_IN[0] is not None:  # a CPU build has no .cuda(): stand it in
         target, args, kwargs = "device", (src,), {k: v for k, v in kwargs.items() if k == "non_blocking"}
         func = torch.Tensor.to
+    elif func is torch.Tensor.cuda:
+        target = "device"
     else:
         target, args, kwargs = _to_target(args, kwargs)
     out = func(*args, **kwargs)
@@ -180,16 +183,16 @@ def _to_target(args, kwargs):
     """Where ``t.to(...)`` sends ``t`` ("cpu", "device" or None for a dtype only), and its arguments with the
     rank's device spelled as the CPU it is on gloo."""
     args, kwargs = list(args), dict(kwargs)
-    target = None
+    target, cpu = None, torch.device("cpu")
     for i, a in enumerate(args[1:], start=1):
         if isinstance(a, torch.Tensor):  # t.to(other): other's device and dtype
             target = "cpu" if origin(a) is not None else "device"
         elif (kind := device_kind(a)) is not None:
             target = kind
-            args[i] = torch.device("cpu")
+            args[i] = cpu if _STAND_IN[0] is not None else a
     if (kind := device_kind(kwargs.get("device"))) is not None:
         target = kind
-        kwargs["device"] = torch.device("cpu")
+        kwargs["device"] = cpu if _STAND_IN[0] is not None else kwargs["device"]
     return target, tuple(args), kwargs
 
 
@@ -198,7 +201,7 @@ def follow(func, args, kwargs, site):
     the watched call chain that led here."""
     if func in _MOVES:
         return _move(func, args, kwargs, site)
-    if func in _CPU_ONLY:
+    if func in _CPU_ONLY and _STAND_IN[0] is not None:  # on NCCL the GPU itself refuses
         if origin(args[0]) is None:
             refuse(_cpu_only_message(func, args[0], site()))
         return args[0] if func is torch.Tensor.pin_memory else func(*args, **kwargs)  # a CPU build cannot pin
