@@ -502,6 +502,26 @@ def write_text_atomic(path: Path, text: str) -> None:
 # -- batch ---------------------------------------------------------------------------------------------
 
 
+# A batch's own options; every other option of the command line is each grade's, passed on (grade_args).
+BATCH_ONLY = ("batch", "csv", "results_dir", "jobs", "out", "staff_log", "merge_into", "precomputed", "submission")
+
+
+def grade_args(args) -> list[str]:
+    """The options a batch passes to each grade: every option of a single grade that was given (the rubric as an
+    absolute path: each grade starts in the repository root)."""
+    out = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
+           "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
+           str(args.rubric.resolve())]  # fmt: skip
+    for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as),
+                        ("--python", args.python), ("--memory-mb", args.memory_mb)):  # fmt: skip
+        out += [flag, str(value)] if value is not None else []
+    if args.device_faithful is not None:
+        out.append("--device-faithful" if args.device_faithful else "--no-device-faithful")
+    if args.keep:
+        out.append("--keep")
+    return out
+
+
 def _batch(args) -> int:
     from tqdm import tqdm
 
@@ -509,14 +529,7 @@ def _batch(args) -> int:
     subs = sorted(p.resolve() for p in args.batch.iterdir() if p.is_dir() or p.suffix == ".zip")
     out_dir = (args.results_dir or args.batch.with_name(args.batch.name + "-results")).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    passthrough = ["--backend", args.backend, "--world-sizes", args.world_sizes, "--deadline", str(args.deadline),
-                   "--timeout", str(args.timeout), "--test-timeout", str(args.test_timeout), "--rubric",
-                   str(args.rubric.resolve())]  # fmt: skip
-    for flag, value in (("--parts", args.parts), ("--select", args.select), ("--run-as", args.run_as),
-                        ("--python", args.python)):  # fmt: skip
-        passthrough += [flag, value] if value else []
-    if args.device_faithful is not None:
-        passthrough.append("--device-faithful" if args.device_faithful else "--no-device-faithful")
+    passthrough = grade_args(args)
     if args.run_as:  # a submission must not read the others, nor their results
         out_dir.mkdir(parents=True, exist_ok=True)
         out_dir.chmod(0o700)
@@ -584,8 +597,7 @@ def _end_on_signals() -> None:
     die_with_parent(signal.SIGTERM)
 
 
-def main(argv=None) -> int:
-    _end_on_signals()
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submission", nargs="?", type=Path, help="a zip, or a folder holding cs336_systems/")
     p.add_argument("--out", type=Path, default=Path("results.json"), help="results file (default results.json)")
@@ -624,6 +636,12 @@ def main(argv=None) -> int:
                    "tensor meeting the rank's); default: on with gloo, off with nccl. --no-device-faithful grades "
                    "as plain gloo does; recorded in results.json (extra_data.settings)")  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the sandbox folder (for debugging the grader)")
+    return p
+
+
+def main(argv=None) -> int:
+    _end_on_signals()
+    p = build_parser()
     args = p.parse_args(argv)
     if args.batch:
         return _batch(args)

@@ -107,3 +107,20 @@ def test_a_late_batch_into_the_same_results_keeps_the_earlier_ones(batch_of_refe
     }
     grades = {g["submission"] for g in json.loads((results / "summary.json").read_text())["grades"]}
     assert grades == {"alice", "bob.zip", "carol"}, grades
+
+
+def test_a_batch_passes_every_option_of_a_grade_on_to_each_grade(tmp_path):
+    """Every option of a single grade (all but the batch's own) given to --batch reaches each grade with its value:
+    --no-device-faithful and --memory-mb included. An option added to the grader and not passed on fails here."""
+    from scripts.grading.__main__ import BATCH_ONLY, build_parser, grade_args
+
+    p = build_parser()
+    argv = ["--parts", "ddp", "--select", "bucket", "--backend", "nccl", "--world-sizes", "2,4", "--deadline", "7",
+            "--test-timeout", "9", "--timeout", "11", "--memory-mb", "2048", "--run-as", "grader", "--python",
+            "/opt/py", "--rubric", str(tmp_path / "r.toml"), "--no-device-faithful", "--keep"]  # fmt: skip
+    batch = p.parse_args(["--batch", str(tmp_path), *argv])
+    options = {a.dest for a in p._actions if a.dest not in (*BATCH_ONLY, "help")}
+    unset = sorted(d for d in options if getattr(batch, d) == p.get_default(d))
+    assert not unset, f"give these options a value here (and pass them on in grade_args): {unset}"
+    one = p.parse_args(["sub", *grade_args(batch)])
+    assert {d: getattr(one, d) for d in options} == {d: getattr(batch, d) for d in options}
