@@ -158,6 +158,13 @@ def _a_branch_on_the_device_keeps_gpu_tensors(ctx):
     return (placed["exp_avg"] + x).tolist()
 
 
+def _a_module_moved_with_device_and_dtype(ctx):
+    from cs336_systems.models import MLP
+
+    mlp = MLP(4, 8).to(device=ctx.device, dtype=torch.float32)
+    return mlp(torch.randn(2, 4, device=ctx.device)).sum().item()
+
+
 def _a_hook_keeps_its_gradient_s_device(ctx):
     w = torch.ones(3, device=ctx.device, requires_grad=True)
     w.register_hook(lambda g: g * 2)
@@ -242,7 +249,8 @@ def _a_gpu_draw_from_a_cpu_generator(ctx):
 
 GPU_PASSES = [_header_filled_from_a_cpu_shape, _a_cpu_scalar_divides, _bookkeeping_read_on_the_host,
               _a_cpu_index_into_a_gpu_tensor, _moved_before_it_meets_the_rank_s, _tensors_report_where_they_live,
-              _a_branch_on_the_device_keeps_gpu_tensors, _a_hook_keeps_its_gradient_s_device]  # fmt: skip
+              _a_branch_on_the_device_keeps_gpu_tensors, _a_hook_keeps_its_gradient_s_device,
+              _a_module_moved_with_device_and_dtype]  # fmt: skip
 GPU_FAILS = [_a_cpu_vector_meets_a_gpu_tensor, _a_cpu_vector_times_a_gpu_scalar, _a_running_loss_kept_on_the_cpu,
              _a_cpu_tensor_all_reduced, _numpy_of_a_gpu_tensor, _a_cpu_tensor_over_gpu_storage,
              _a_cpu_tensor_indexed_by_a_gpu_index, _a_backward_hook_all_reduces_a_host_copy,

@@ -125,7 +125,7 @@ class DeviceFaithfulMode(TorchFunctionMode):
             args = (args[0], checked_hook(args[1] if len(args) > 1 else kwargs.pop("hook"), self._chain))
         if self.stand_in is not None and kwargs.get("pin_memory"):
             kwargs = {**kwargs, "pin_memory": False}  # a CPU build cannot pin: the copy is a host one all the same
-        kind = device_kind(kwargs.get("device")) if func not in _MOVES else None
+        kind = device_kind(kwargs.get("device")) if func not in _NOT_MADE else None
         if kind is not None:  # the device is stated: the caller's word is taken (cuda:r stands for gloo's CPU)
             generator = kwargs.get("generator")
             if kind == "device" and generator is not None and generator.device.type == "cpu":
@@ -182,6 +182,8 @@ class DeviceFaithfulMode(TorchFunctionMode):
         return out
 
 
+# Calls with a device= that make no tensor of it here: the moves (stray_tensors.follow), Module.to's parser.
+_NOT_MADE = {*_MOVES, torch._C._nn._parse_to}
 # What code asks a tensor about where it lives, answered as on a GPU (DeviceFaithfulMode._reported).
 _WHERE = {torch.Tensor.device.__get__: "device", torch.Tensor.is_cuda.__get__: "is_cuda",
           torch.Tensor.is_cpu.__get__: "is_cpu", torch.Tensor.get_device: "get_device"}  # fmt: skip
