@@ -44,6 +44,7 @@ from tests.harness.stray_tensors import (
     _MOVES,
     _STAND_IN,
     Origin,
+    Patches,
     StrayTensorWatch,
     called_by_distributed,
     caller_chain,
@@ -209,7 +210,7 @@ class StandInCuda:
 
     def __init__(self, stand_in: torch.device) -> None:
         self.stand_in = stand_in
-        self._saved: dict = {}
+        self._patches = Patches()
 
     def __enter__(self) -> StandInCuda:
         fakes = {"synchronize": _nothing, "set_device": _nothing, "current_stream": _Stream,
@@ -222,19 +223,17 @@ class StandInCuda:
         # The given launcher's jobs run on gloo here: their ranks stand for GPUs too (cs336_systems/launcher.py).
         launcher = importlib.import_module("cs336_systems.launcher")
         self._patch(launcher, "rank_device", lambda backend, rank: torch.device("cuda", rank))
+        self._patch(torch.Tensor, "record_stream", _nothing)  # torch's parser refuses a stood-in stream
         # Random states are CPU tensors on a GPU too.
         self._patch(torch, "get_rng_state", _on_cpu(torch.get_rng_state))
         self._patch(torch.random, "get_rng_state", _on_cpu(torch.random.get_rng_state))
         return self
 
     def _patch(self, owner, name: str, value) -> None:
-        self._saved[(owner, name)] = getattr(owner, name)
-        setattr(owner, name, value)
+        self._patches.set(owner, name, value)
 
     def __exit__(self, *exc) -> None:
-        for (owner, name), original in self._saved.items():
-            setattr(owner, name, original)
-        self._saved.clear()
+        self._patches.restore()
 
 
 def _on_cpu(get):

@@ -357,6 +357,25 @@ def _flat(obj) -> list:
     return [obj]
 
 
+class Patches:
+    """Attributes set for the mode's time and put back after it."""
+
+    def __init__(self) -> None:
+        self._saved: dict = {}
+
+    def set(self, owner, name: str, value) -> None:
+        """``owner.name = value`` until ``restore`` (a class gets back its own attribute, or none if it inherited
+        it)."""
+        self._saved.setdefault((owner, name), vars(owner).get(name, _INHERITED) if isinstance(owner, type)
+                               else getattr(owner, name))  # fmt: skip
+        setattr(owner, name, value)
+
+    def restore(self) -> None:
+        for (owner, name), original in self._saved.items():
+            (delattr(owner, name) if original is _INHERITED else setattr(owner, name, original))
+        self._saved.clear()
+
+
 class StrayTensorWatch:
     """Installed with DeviceFaithfulMode around one task in a rank: tags Parameters made from stray tensors and
     names them where modules register them; refuses stray tensors in communication and jobs too big; runs the
@@ -366,14 +385,11 @@ class StrayTensorWatch:
     def __init__(self, mode) -> None:
         self._mode = mode  # the DeviceFaithfulMode: pushed for backward; its _chain() and _stray() for messages
         self._site = mode._chain
-        self._saved: dict = {}
+        self._patches = Patches()
         self._hooks: list = []
 
     def _patch(self, owner, name: str, value) -> None:
-        """``owner.name = value`` until exit (a class gets back its own attribute, or none if it inherited it)."""
-        self._saved.setdefault((owner, name), vars(owner).get(name, _INHERITED) if isinstance(owner, type)
-                               else getattr(owner, name))  # fmt: skip
-        setattr(owner, name, value)
+        self._patches.set(owner, name, value)
 
     def __enter__(self) -> StrayTensorWatch:
         new = torch.nn.Parameter.__new__
@@ -433,9 +449,7 @@ class StrayTensorWatch:
         self._patch(BackwardCFunction, "apply", backward_apply)
 
     def __exit__(self, *exc) -> None:
-        for (owner, name), original in self._saved.items():
-            (delattr(owner, name) if original is _INHERITED else setattr(owner, name, original))
-        self._saved.clear()
+        self._patches.restore()
         for hook in self._hooks:
             hook.remove()
 
