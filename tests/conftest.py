@@ -57,9 +57,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
          f"seconds a distributed run may take before each rank's stack is shown (default {d.DEFAULT_DEADLINE_S:g})",
          {"type": float}),
         ("--device-faithful", _DEVICE_FAITHFUL_AT_START,
-         "on gloo, fail what NCCL would: a factory call without device= in implementation or test code, a CPU "
-         "tensor (nn.Linear's weight, a .cpu() copy) meeting the rank's (tests/harness/device_faithful.py; on by "
-         "default with gloo, off with nccl; --no-device-faithful or CS336_DEVICE_FAITHFUL=0 turns it off). Asked "
+         "on gloo, judge as NCCL on GPUs would: the rank's tensors report cuda:rank, and a CPU tensor (made "
+         "without device=, nn.Linear's weight, a .cpu() copy) fails where a GPU refuses it, in forward or backward "
+         "(tests/harness/device_faithful.py; on by default with gloo, off with nccl; --no-device-faithful or "
+         "CS336_DEVICE_FAITHFUL=0 turns it off). Asked "
          "for, it also stands for a node with one GPU per rank of the largest --world-sizes: a job of more ranks "
          "skips, or fails if a test starts it anyway", {"action": argparse.BooleanOptionalAction}),
         ("--p2p-matching", d.env_p2p_matching(),

@@ -26,13 +26,13 @@ ENV_WORKER_LOG_LIMIT_MB, ENV_WORKER_MEMORY_LIMIT_MB = "CS336_WORKER_LOG_LIMIT_MB
 # Set to 1: a fresh default process group for every test, even after a passing one (tests/harness/pool.py);
 # slower (~30 ms a test), for when a passing test must not be able to leave a message for the next.
 ENV_FRESH_GROUPS = "CS336_FRESH_GROUPS"
-# Set to 1 (or pytest --device-faithful): every factory call without device= in implementation or rank code
-# raises, naming its call site (tests/harness/device_faithful.py): on NCCL it would make a CPU tensor.
+# Set to 1 (or pytest --device-faithful): the ranks judge as NCCL on GPUs would: a CPU tensor (made without
+# device=, a .cpu() copy) fails, naming where it was made, where a GPU refuses it (tests/harness/device_faithful.py).
 ENV_DEVICE_FAITHFUL = "CS336_DEVICE_FAITHFUL"
 # How gloo pairs sends with receives (tests/harness/p2p_matching.py): "tag-blind" (the default) is NCCL's rule,
 # tags ignored and the k-th receive between two ranks gets the k-th send, checked; "tags" is gloo's own.
 ENV_P2P_MATCHING, DEFAULT_P2P_MATCHING = "CS336_P2P_MATCHING", "tag-blind"
-ENV_DEVICE_FAITHFUL_LOG = "CS336_DEVICE_FAITHFUL_LOG"  # a file: list each site there instead of raising
+ENV_DEVICE_FAITHFUL_LOG = "CS336_DEVICE_FAITHFUL_LOG"  # a file: list each refusal there instead of raising
 
 
 def resolve_impl(name: str) -> str:
