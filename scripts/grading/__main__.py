@@ -209,8 +209,12 @@ def _merged_code(before: dict | None, after: dict | None) -> dict:
                          "grade the whole submission again instead")  # fmt: skip
     if not after or "files" not in after:
         raise MergeError("the regrade could not read the submission (see its notes): nothing to merge")
+
+    def modules(code: dict) -> set[str]:  # those it took from the submission (at least those it has files of)
+        return set(code.get("modules") or ()) | {n.removesuffix(".py") for n in code["files"]}
+
     differ = []
-    for module in sorted(set(before["modules"]) & set(after["modules"])):
+    for module in sorted(modules(before) & modules(after)):
         name = f"{module}.py"
         was, now = before["files"].get(name), after["files"].get(name)
         if was != now:
@@ -224,7 +228,7 @@ def _merged_code(before: dict | None, after: dict | None) -> dict:
         )
     files = {**before["files"], **after["files"]}
     return {"fingerprint": fingerprint_of(files), "files": files,
-            "modules": sorted(set(before["modules"]) | set(after["modules"]))}  # fmt: skip
+            "modules": sorted(modules(before) | modules(after))}  # fmt: skip
 
 
 def check_merge(old: dict, settings: dict, parts: list[str], graded: dict | None) -> None:
