@@ -23,7 +23,8 @@ the original submission), and results graded on CPUs (gloo) unless each such sub
 failed (no tests) is left out, so Gradescope grades that submission on its CPU.
 
 ``--csv`` also writes one row per student (name, SID, email from the export's ``submission_metadata.yml``,
-score, maximum, submission id), for a gradebook or a manual upload where the course prefers it.
+score, maximum, submission id, the fingerprint of the code graded), for a gradebook or a manual upload where the
+course prefers it.
 
 The key is the kit's one fingerprint (scripts/grading/fingerprint.py): exactly the bytes the kit's grade takes from
 the submission (the part modules it grades, chosen the same way, through a zip left inside the submission folder
@@ -174,7 +175,8 @@ def pack(export: Path, results_dir: Path, kit: Rubric, cpu_ok: frozenset[str] = 
         for person in metadata.get(sub_path.stem, [{}]):
             rows.append({"name": person.get("name", ""), "sid": person.get("sid", ""),
                          "email": person.get("email", ""), "score": results.get("score", 0),
-                         "max_score": maximum, "submission": sub_path.stem})  # fmt: skip
+                         "max_score": maximum, "submission": sub_path.stem,
+                         "fingerprint": fingerprint_at(sub_path, modules)})  # fmt: skip
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise PackError("not packed: these results cannot be delivered in the kit (" + ", ".join(kit.parts)
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
     print(f"{args.out}: {len(bundle)} graded submissions")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
-            writer = csv.DictWriter(f, ["name", "sid", "email", "score", "max_score", "submission"])
+            writer = csv.DictWriter(f, ["name", "sid", "email", "score", "max_score", "submission", "fingerprint"])
             writer.writeheader()
             writer.writerows(rows)
         print(f"{args.csv}: {len(rows)} rows")

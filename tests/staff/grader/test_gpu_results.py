@@ -118,6 +118,7 @@ def test_pack_keys_each_graded_submission_by_its_graded_bytes_and_writes_a_row_p
         ("Alan Turing", "1912", "alan@example.edu", "9.5", "10"),
         ("Grace Hopper", "1906", "grace@example.edu", "9.5", "10"),
     ], rows
+    assert all(r["fingerprint"] in bundle for r in rows), "a row names other code than the bundle's key"
     assert gpu_results.BUNDLE_NAME in zipfile.ZipFile(kit).namelist()
     with pytest.raises(SystemExit, match="already holds"):
         gpu_results.main(argv)
