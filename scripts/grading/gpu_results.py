@@ -207,6 +207,11 @@ def main(argv=None) -> int:
                    help="deliver this submission's CPU (gloo) grade as it is (repeat, or comma-separate; by its name "
                    "in the export): without it, CPU results are refused")  # fmt: skip
     args = p.parse_args(argv)
+    for name in ("export", "results"):
+        if not getattr(args, name).is_dir():
+            k.error(f"{name}: {getattr(args, name)} is not a folder")
+    if args.into is not None and not zipfile.is_zipfile(args.into):
+        k.error(f"--into: {args.into} is not a zip (make_autograder_zip writes one)")
     cpu_ok = frozenset(n.strip() for value in args.allow_cpu for n in value.split(",") if n.strip())
     try:
         bundle, rows = pack(args.export, args.results, kit_rubric(args.into, args.rubric), cpu_ok)

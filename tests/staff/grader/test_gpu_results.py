@@ -253,3 +253,16 @@ def test_pack_refuses_results_graded_from_other_bytes_which_precomputed_would_ha
     (results / "submission_101.json").write_text(json.dumps(_results(10)))
     assert gpu_results.main(argv) == 1
     assert "record no fingerprint of the code they graded" in capsys.readouterr().err
+
+
+def test_pack_names_the_argument_that_is_wrong(graded_batch, tmp_path, capsys):
+    """A missing export or results folder, or an --into that is not a zip: exit 2 naming the argument, no traceback."""
+    export, results = graded_batch
+    (tmp_path / "notes.txt").write_text("not a zip\n")
+    for argv, named in (([str(tmp_path / "nowhere"), str(results)], "export: "),
+                        ([str(export), str(tmp_path / "nowhere")], "results: "),
+                        ([str(export), str(results), "--into", str(tmp_path / "notes.txt")], "--into: ")):  # fmt: skip
+        with pytest.raises(SystemExit) as exit_:
+            gpu_results.main(["pack", *argv])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and named in err and "Traceback" not in err, err
