@@ -10,11 +10,12 @@ same CSV (but the seconds), the same dashboard numbers and one results JSON per 
 on gloo, a few tests each: the reference (full marks), the stub as a zip (0), a broadcast that returns at once
 (only broadcast's cases fail) and a folder with no part module (0, with a note).
 
-The Slurm test starts ``munged``, ``slurmctld`` and ``slurmd`` in a temporary folder
-(scripts/grading/cluster/local_slurm.py), submits one array of four tasks (one submission each; the node takes one
+The first Slurm test runs the guide's cluster trial (handouts/grading.md, its cluster-trial block) as written:
+``local_slurm install`` and ``start`` (``munged``, ``slurmctld`` and ``slurmd`` in a temporary folder,
+scripts/grading/cluster/local_slurm.py), submits one array of four tasks (one submission each; the node takes one
 exclusive task at a time), cancels the task grading one submission mid-grade, checks that ``status`` calls it
 failed, resubmits what is missing and checks every submission graded exactly once (the grades log) with the
-batch's grades. A second Slurm test preempts as Slurm does: ``scontrol requeue`` kills a one-task array mid-shard
+batch's grades, then ``stop``. A second Slurm test preempts as Slurm does: ``scontrol requeue`` kills a one-task array mid-shard
 and queues it again; the rerun skips what it graded. They skip, saying why, where Slurm is not installed or
 cannot start (not root, no Debian). sacct's and squeue's answers are also parsed from canned lines.
 The local test needs no Slurm: two tasks on this machine, a half-written result that must not count, a second
