@@ -124,3 +124,20 @@ def test_a_batch_passes_every_option_of_a_grade_on_to_each_grade(tmp_path):
     assert not unset, f"give these options a value here (and pass them on in grade_args): {unset}"
     one = p.parse_args(["sub", *grade_args(batch)])
     assert {d: getattr(one, d) for d in options} == {d: getattr(batch, d) for d in options}
+
+
+def test_the_device_faithful_switch_reaches_pytest_and_the_results(tmp_path):
+    """--no-device-faithful (and --device-faithful) go on pytest's command line in the sandbox, as given; unset,
+    nothing is passed (the suite's default: on with gloo, off with nccl) and the results record that default."""
+    from scripts.grading.__main__ import _settings, build_parser, settings_of
+    from scripts.grading.runner import _pytest_cmd
+
+    p = build_parser()
+    for argv, flag, recorded in ((["--no-device-faithful"], "--no-device-faithful", False),
+                                 (["--device-faithful", "--backend", "nccl"], "--device-faithful", True),
+                                 ([], None, True), (["--backend", "nccl"], None, False)):  # fmt: skip
+        args = p.parse_args(["sub", *argv])
+        cmd = _pytest_cmd(_settings(args, tmp_path, 10.0, False), tmp_path, [], 3, 4)
+        passed = [a for a in cmd if a.endswith("device-faithful")]
+        assert passed == ([flag] if flag else []), (argv, passed)
+        assert settings_of(args)["device_faithful"] is recorded, argv
