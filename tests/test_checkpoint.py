@@ -675,12 +675,15 @@ def test_async_save_returns_before_writing_and_keeps_the_state_of_its_step(world
 
 @pytest.mark.task10_4
 def test_async_save_copies_plain_tensors_and_non_tensor_values_at_the_save(world_size, tmp_path):
-    """A plain tensor and dicts in the state change in place after save() returns: the checkpoint holds their values
-    at the save (every tensor is copied, every non-tensor value deep-copied, while save() blocks)."""
+    """A plain tensor, a Shard held on the CPU and dicts in the state change in place after save() returns: the
+    checkpoint holds their values at the save (every tensor is copied, every non-tensor value deep-copied, while
+    save() blocks)."""
     outs = run_ranks(world_size, async_copies_rank, str(tmp_path))
-    for r, (plain, values) in enumerate(outs):
+    for r, (plain, values, host) in enumerate(outs):
         what = f"rank {r}, the plain tensor 'plain' (saved before it changed in place: copy plain tensors too)"
         assert_close(plain, torch.arange(10, dtype=torch.float64), rtol=0, atol=0, what=what)
+        what = f"rank {r}, the Shard 'host' held on the CPU (saved before it changed in place: copy CPU boxes too)"
+        assert_close(host, torch.arange(4 * r, 4 * r + 4, dtype=torch.float64), rtol=0, atol=0, what=what)
         for key, want in (("sampler", {"epoch": 2, "position": 6, "seed": 7}), ("config", OBJECTS["config"])):
             assert values[key] == want, (
                 f"rank {r}: the non-tensor value {key!r} came back as {values[key]}, expected its value at the "

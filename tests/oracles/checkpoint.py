@@ -662,25 +662,35 @@ def corrupt_objects_rank(ctx, root: str):
 
 
 def async_copies_rank(ctx, root: str):
-    """An async save of Shards, a plain tensor and a dict; after save() returns (the write held), all of
-    them change in place; released, the checkpoint must hold the values at the save."""
+    """An async save of Shards (one of them on the CPU, as a CPU-offloaded state would be), a plain tensor and a
+    dict; after save() returns (the write held), all of them change in place; released, the checkpoint must hold
+    the values at the save."""
     C = ctx.load("checkpoint")
     ckpt = C.AsyncCheckpointer(root)
     state = rank_state(C, "fsdp", ctx.rank, ctx.world_size, device=ctx.device)
     state["plain"] = torch.arange(10, dtype=torch.float64, device=ctx.device)
+    state["host"] = C.Shard(_host_box(ctx.rank), (4 * ctx.world_size,), (4 * ctx.rank,))
     state["sampler"] = {"epoch": 2, "position": 6, "seed": 7}
     with HeldSaves(C, root) as held:
         ckpt.save(state, 1)
         with torch.no_grad():
             state["plain"].add_(1)
+            state["host"].local.add_(1)
         state["sampler"]["position"] = 999
         state["config"]["lr"] = -1.0
         held.release()
         ckpt.wait()
     ckpt.close()
-    loaded = {"plain": torch.zeros(10, dtype=torch.float64, device=ctx.device), "sampler": None, "config": None}
+    host = C.Shard(torch.zeros(4, dtype=torch.float64, device="cpu"), (4 * ctx.world_size,), (4 * ctx.rank,))
+    loaded = {"plain": torch.zeros(10, dtype=torch.float64, device=ctx.device), "host": host, "sampler": None,
+              "config": None}  # fmt: skip
     values = C.load_checkpoint(loaded, root, 1)
-    return loaded["plain"], values
+    return loaded["plain"], values, host.local
+
+
+def _host_box(rank: int) -> torch.Tensor:
+    """This rank's box of a CPU-held tensor of 4 * world_size float64 values: 4 * rank, ..., 4 * rank + 3."""
+    return torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float64, device="cpu")
 
 
 def async_order_rank(ctx, root: str):

@@ -1833,8 +1833,10 @@ MUTANTS = [
         "AsyncCheckpointer.save hands the live tensors to the background thread: it saves a later step's values",
         old='staged[key] = Shard(value.local.detach().to("cpu", copy=True), value.global_shape, value.offsets)',
         new="staged[key] = Shard(value.local.detach(), value.global_shape, value.offsets)",
-        # the live tensor changes after the save (the values differ) or during the write (its checksums do not match)
-        caught_by=CKPT("async_save", ("stage a copy", "checksum mismatch"), names=RANK),
+        # The line stages a CPU box (a device one goes through the pinned staging, on GPUs and in device-faithful
+        # mode alike): the test's CPU-held Shard changes after the save (the values differ) or during the write
+        # (its checksums do not match).
+        caught_by=CKPT("async_save", ("copy CPU boxes too", "stage a copy", "checksum mismatch"), names=RANK),
     ),
     Mutant(
         "checkpoint_every_replica_writes",
