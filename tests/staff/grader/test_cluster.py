@@ -15,9 +15,9 @@ The first Slurm test runs the guide's cluster trial (handouts/grading.md, its cl
 scripts/grading/cluster/local_slurm.py), submits one array of four tasks (one submission each; the node takes one
 exclusive task at a time), cancels the task grading one submission mid-grade, checks that ``status`` calls it
 failed, resubmits what is missing and checks every submission graded exactly once (the grades log) with the
-batch's grades, then ``stop``. A second Slurm test preempts as Slurm does: ``scontrol requeue`` kills a one-task array mid-shard
-and queues it again; the rerun skips what it graded. They skip, saying why, where Slurm is not installed or
-cannot start (not root, no Debian). sacct's and squeue's answers are also parsed from canned lines.
+batch's grades, then ``stop``. A second Slurm test preempts as Slurm does: ``scontrol requeue`` kills a
+one-task array mid-shard and queues it again; the rerun skips what it graded. They skip, saying why, where Slurm
+is not installed or cannot start (not root, no Debian). sacct's and squeue's answers are also parsed from canned lines.
 The local test needs no Slurm: two tasks on this machine, a half-written result that must not count, a second
 ``submit`` that grades nothing, and a changed submission that ``resubmit --missing`` grades again alone.
 
