@@ -180,6 +180,11 @@ def _a_side_stream_and_its_events(ctx):
     return y.tolist()
 
 
+def _a_meta_tensor_stays_on_meta(ctx):
+    shape_only = torch.empty(1 << 30, device="meta")  # no memory anywhere: never made on the CPU here
+    assert shape_only.is_meta and torch.zeros_like(shape_only).is_meta, shape_only
+
+
 def _a_hook_keeps_its_gradient_s_device(ctx):
     w = torch.ones(3, device=ctx.device, requires_grad=True)
     w.register_hook(lambda g: g * 2)
@@ -265,7 +270,8 @@ def _a_gpu_draw_from_a_cpu_generator(ctx):
 GPU_PASSES = [_header_filled_from_a_cpu_shape, _a_cpu_scalar_divides, _bookkeeping_read_on_the_host,
               _a_cpu_index_into_a_gpu_tensor, _moved_before_it_meets_the_rank_s, _tensors_report_where_they_live,
               _a_branch_on_the_device_keeps_gpu_tensors, _a_hook_keeps_its_gradient_s_device,
-              _a_module_moved_with_device_and_dtype, _a_side_stream_and_its_events]  # fmt: skip
+              _a_module_moved_with_device_and_dtype, _a_side_stream_and_its_events,
+              _a_meta_tensor_stays_on_meta]  # fmt: skip
 GPU_FAILS = [_a_cpu_vector_meets_a_gpu_tensor, _a_cpu_vector_times_a_gpu_scalar, _a_running_loss_kept_on_the_cpu,
              _a_cpu_tensor_all_reduced, _numpy_of_a_gpu_tensor, _a_cpu_tensor_over_gpu_storage,
              _a_cpu_tensor_indexed_by_a_gpu_index, _a_backward_hook_all_reduces_a_host_copy,

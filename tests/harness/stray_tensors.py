@@ -120,14 +120,15 @@ def _tensors(args, kwargs) -> list[torch.Tensor]:
 
 def device_kind(d) -> str | None:
     """ "cpu" or "device" (any accelerator: the rank's GPU, as far as gloo can tell) for a device argument in any
-    spelling (``"cpu"``, ``torch.device("cpu")``, ``"cuda:1"``, an int); None for anything else."""
-    if isinstance(d, torch.device):
-        return "cpu" if d.type == "cpu" else "device"
+    spelling (``"cpu"``, ``torch.device("cpu")``, ``"cuda:1"``, an int); None for anything else (``"meta"``: no
+    memory anywhere, left as it is)."""
     if isinstance(d, str):
         try:
-            return "cpu" if torch.device(d).type == "cpu" else "device"
+            d = torch.device(d)
         except RuntimeError:
             return None
+    if isinstance(d, torch.device):
+        return None if d.type == "meta" else "cpu" if d.type == "cpu" else "device"
     if isinstance(d, int) and not isinstance(d, bool):
         return "device"
     return None
